@@ -1,0 +1,1177 @@
+"""Grammar IR -> byte-level pushdown automaton (stage 2 of the pipeline).
+
+In:  a ``Grammar`` that has been through ``gxg.compiler.passes`` (no left recursion, a root wrapper
+     that nothing references, no dead rules).
+Out: an ``Automaton``: flat numpy tables, the layout that the mask cache, the CPU runtime and
+     the GPU kernels all read.
+
+The machine
+-----------
+Every rule becomes a deterministic FSM over bytes whose edges are byte classes or rule
+references; a PDA node is (rule, FSM state), numbered densely over all rules. A *stack* is a
+list of nodes ``[n_0, ..., n_k]``: ``n_k`` (the top) is the current position in its rule, each
+``n_i`` below it is the return node in the caller, where matching continues once the rule above
+it completes. Moves:
+
+* byte ``b`` (scan): ``n' = next_node[n_k, byte_class[b]]``; if ``n' >= 0`` the stack becomes
+  ``[..., n']``;
+* push (predict), for each rule-reference edge ``(S, ret)`` of ``n_k``:
+  ``[..., ret, rule_start[S]]`` — or, when ``ret`` is a *pure return* node
+  (``is_pure_return[ret]``: final, no byte edge, no reference edge), the tail call
+  ``[..., rule_start[S]]`` (same language, and right recursion keeps a constant depth);
+* pop (complete), when ``is_final[n_k]``: ``[..., n_{k-1}]``; when ``k == 0`` the root rule has
+  completed (the input so far is a sentence; a stop token may follow).
+
+The *closure* of a stack is everything reachable by push and pop moves. The live tops after a
+byte are the stacks in the closure whose top node has a byte edge (``is_scannable``). Closure
+terminates because the passes remove left recursion (also hidden behind nullable prefixes);
+``build_automaton`` checks this and raises ``GrammarError`` if a push cycle remains.
+
+Tables (``N`` nodes, ``C`` byte classes, ``R`` rules, ``E`` reference edges)
+-------------------------------------------------------------------------
+byte_class      uint8  [256]    byte -> equivalence class (bytes no edge distinguishes share one)
+next_node       int32  [N, C]   scan target, -1 = no edge
+ref_offsets     int32  [N + 1]  CSR over nodes of the rule-reference edges
+ref_rule        int32  [E]      referenced rule
+ref_return      int32  [E]      node to continue at in the caller once the rule completes
+is_final        bool   [N]      the rule may complete at this node
+is_scannable    bool   [N]      the node has at least one byte edge
+is_pure_return  bool   [N]      final, no byte edge, no reference edge (tail-call target)
+node_rule       int32  [N]      rule of each node
+rule_start      int32  [R]      start node of each rule
+rule_nullable   bool   [R]      the rule derives the empty string
+rule_first      bool   [R, 256] bytes that can start a non-empty string of the rule
+rule_lookahead  int32  [R]      rule id of the rule's lookahead assertion, -1 if none (the
+                                lookahead expression is compiled as an unreferenced rule)
+rule_names      tuple[str]      for messages and debugging
+root_rule       int             the root wrapper (referenced by nothing)
+
+Construction (``build_automaton``)
+----------------------------------
+1. Each rule body (and each lookahead, as an extra rule) -> Thompson NFA over bytes, with
+   epsilon edges and rule-reference edges. Character classes are lowered to exact, well-formed
+   UTF-8 byte-range sequences; repetitions are unrolled (a size check first, so a huge
+   ``{m,n}`` fails fast with ``GrammarError`` instead of exhausting memory).
+2. Subset construction per rule; the alphabet is the rule's byte intervals plus one symbol per
+   referenced rule, so a node has at most one reference edge per referenced rule.
+3. Dead parts are dropped across the whole grammar: a rule that derives no string is
+   *unproductive*, a node that cannot reach completion is *dead*; byte edges into dead nodes and
+   reference edges to unproductive rules or dead return nodes are removed. Every stack the
+   runtime keeps can therefore still complete, so "some live stack" means "viable prefix".
+4. Hopcroft minimisation per rule (node merging, paper section 3.4): finality, byte targets and
+   reference targets must agree. Rules are never merged with each other.
+5. Tables: global byte classes are the common refinement of every rule's coarsest byte
+   partition; nodes are numbered rule by rule, breadth-first from the rule's start node, so each
+   rule's nodes are contiguous and its start node comes first.
+6. Analyses: nullability and the epsilon-reachable positions of each rule (through nullable
+   references), the left-recursion check on them, then FIRST sets in dependency order.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Optional, Sequence as Seq, Tuple
+
+import numpy as np
+
+from gxg.grammar.ir import (
+    children,
+    CharClass,
+    Choice,
+    Expr,
+    Grammar,
+    GrammarError,
+    Literal,
+    Repeat,
+    RuleRef,
+    Sequence,
+)
+
+__all__ = ["Automaton", "build_automaton", "DEFAULT_MAX_NODES", "utf8_byte_sequences"]
+
+# Limit on automaton nodes, checked per repetition (NFA states once unrolled) and per grammar
+# (DFA nodes). An unrolled {m,n} costs about n copies of its body: a JSON string with maxLength
+# 10000 needs 80k nodes and builds in seconds. The builder's peak memory is about 1.2 kB per
+# node, so the default allows ~600 MB; beyond it GrammarError says what was too large.
+DEFAULT_MAX_NODES = 500_000
+
+
+@dataclass(frozen=True, eq=False)
+class Automaton:
+    byte_class: np.ndarray
+    next_node: np.ndarray
+    ref_offsets: np.ndarray
+    ref_rule: np.ndarray
+    ref_return: np.ndarray
+    is_final: np.ndarray
+    is_scannable: np.ndarray
+    is_pure_return: np.ndarray
+    node_rule: np.ndarray
+    rule_start: np.ndarray
+    rule_nullable: np.ndarray
+    rule_first: np.ndarray
+    rule_lookahead: np.ndarray
+    rule_names: Tuple[str, ...]
+    root_rule: int
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.next_node.shape[0])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.next_node.shape[1])
+
+    @property
+    def num_rules(self) -> int:
+        return len(self.rule_names)
+
+    def refs(self, node: int):
+        """The (rule, return node) reference edges leaving ``node``."""
+        lo, hi = int(self.ref_offsets[node]), int(self.ref_offsets[node + 1])
+        return list(zip(self.ref_rule[lo:hi].tolist(), self.ref_return[lo:hi].tolist()))
+
+    def step_byte(self, node: int, byte: int) -> int:
+        return int(self.next_node[node, self.byte_class[byte]])
+
+    def rule_id(self, name: str) -> int:
+        """The id of the rule called ``name`` (lookahead rules are ``<rule>#lookahead``)."""
+        try:
+            return self.rule_names.index(name)
+        except ValueError:
+            raise KeyError(name) from None
+
+    def rule_nodes(self, rule: int) -> range:
+        """The nodes of ``rule``: contiguous, its start node first."""
+        start = int(self.rule_start[rule])
+        end = int(self.rule_start[rule + 1]) if rule + 1 < self.num_rules else self.num_nodes
+        return range(start, end)
+
+    def byte_edges(self, node: int) -> List[Tuple[int, int, int]]:
+        """The byte edges of ``node`` as ``(lo, hi, target)`` inclusive byte ranges."""
+        targets = self.next_node[node, self.byte_class]
+        edges: List[Tuple[int, int, int]] = []
+        for byte, target in enumerate(targets.tolist()):
+            if target < 0:
+                continue
+            if edges and edges[-1][1] == byte - 1 and edges[-1][2] == target:
+                edges[-1] = (edges[-1][0], byte, target)
+            else:
+                edges.append((byte, byte, target))
+        return edges
+
+    def dump(self) -> str:
+        """A readable listing of every node, for debugging."""
+        lines = [f"{self.num_nodes} nodes, {self.num_classes} byte classes, "
+                 f"{self.num_rules} rules, root {self.rule_names[self.root_rule]!r}"]
+        for rule in range(self.num_rules):
+            flags = []
+            if self.rule_nullable[rule]:
+                flags.append("nullable")
+            if self.rule_lookahead[rule] >= 0:
+                flags.append(f"lookahead={self.rule_names[self.rule_lookahead[rule]]}")
+            lines.append(f"rule {rule} {self.rule_names[rule]!r} {' '.join(flags)}".rstrip())
+            for node in self.rule_nodes(rule):
+                parts = [f"  {node}{'*' if self.is_final[node] else ''}:"]
+                parts += [f"{_byte_range_text(lo, hi)}->{target}"
+                          for lo, hi, target in self.byte_edges(node)]
+                parts += [f"<{self.rule_names[callee]}>->{ret}" for callee, ret in self.refs(node)]
+                lines.append(" ".join(parts))
+        return "\n".join(lines)
+
+
+def _byte_range_text(lo: int, hi: int) -> str:
+    def one(byte: int) -> str:
+        char = chr(byte)
+        return char if 0x21 <= byte < 0x7F and char not in "[]-\\" else f"\\x{byte:02x}"
+    return f"[{one(lo)}]" if lo == hi else f"[{one(lo)}-{one(hi)}]"
+
+
+# ----------------------------------------------------------------------------- UTF-8 lowering
+
+# Code points encoded with 1, 2, 3 and 4 bytes; smaller values in a longer form are overlong.
+_UTF8_LENGTH_SPANS = ((0x0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, 0x10FFFF))
+_SURROGATES = (0xD800, 0xDFFF)
+
+ByteRangeSequence = Tuple[Tuple[int, int], ...]
+
+
+def _utf8_encode(code_point: int, length: int) -> Tuple[int, ...]:
+    """The ``length``-byte UTF-8 form of ``code_point`` (no checks; surrogates allowed)."""
+    if length == 1:
+        return (code_point,)
+    lead_marker = (0xC0, 0xE0, 0xF0)[length - 2]
+    tail = [0x80 | ((code_point >> (6 * i)) & 0x3F) for i in range(length - 2, -1, -1)]
+    return (lead_marker | (code_point >> (6 * (length - 1))),) + tuple(tail)
+
+
+def utf8_byte_sequences(lo: int, hi: int) -> List[ByteRangeSequence]:
+    """Byte-range sequences whose strings are exactly the UTF-8 encodings of ``lo..hi``.
+
+    Each sequence is a tuple of inclusive byte ranges, one per byte position; the sequences are
+    disjoint and their union is the set of well-formed encodings (no overlong forms, no
+    surrogates, nothing above U+10FFFF) of the code points in ``lo..hi``.
+
+    Method: split the range where the encoding length changes, then split each piece until it is
+    a "rectangle": for every trailing group of continuation bytes, either the bytes before it
+    agree at both ends or the group spans its full 80..BF range at both ends. A rectangle's
+    encodings are exactly the products of per-position ranges between the two end encodings.
+    """
+    pieces = []
+    for span_lo, span_hi in (_clip(lo, hi, s) for s in _UTF8_LENGTH_SPANS):
+        if span_lo > span_hi:
+            continue
+        for part_lo, part_hi in _without_surrogates(span_lo, span_hi):
+            pieces.append((part_lo, part_hi))
+    sequences: List[ByteRangeSequence] = []
+    for piece_lo, piece_hi in pieces:
+        length = _utf8_length(piece_lo)
+        todo = [(piece_lo, piece_hi)]
+        while todo:
+            a, b = todo.pop()
+            split = _rectangle_split(a, b, length)
+            if split is None:
+                first, last = _utf8_encode(a, length), _utf8_encode(b, length)
+                sequences.append(tuple(zip(first, last)))
+            else:
+                todo.append((split, b))  # popped after the lower half: output stays sorted
+                todo.append((a, split - 1))
+    return sequences
+
+
+def _clip(lo: int, hi: int, span: Tuple[int, int]) -> Tuple[int, int]:
+    return max(lo, span[0]), min(hi, span[1])
+
+
+def _without_surrogates(lo: int, hi: int) -> List[Tuple[int, int]]:
+    if hi < _SURROGATES[0] or lo > _SURROGATES[1]:
+        return [(lo, hi)]
+    parts = []
+    if lo < _SURROGATES[0]:
+        parts.append((lo, _SURROGATES[0] - 1))
+    if hi > _SURROGATES[1]:
+        parts.append((_SURROGATES[1] + 1, hi))
+    return parts
+
+
+def _utf8_length(code_point: int) -> int:
+    for length, (_, span_hi) in enumerate(_UTF8_LENGTH_SPANS, start=1):
+        if code_point <= span_hi:
+            return length
+    raise ValueError(f"not a code point: {code_point:#x}")
+
+
+def _rectangle_split(lo: int, hi: int, length: int) -> Optional[int]:
+    """Where to split ``lo..hi`` (same encoding length) so both halves get closer to rectangles;
+    None if it already is one. Returns the first code point of the upper half."""
+    for trailing in range(1, length):
+        low_bits = (1 << (6 * trailing)) - 1
+        if lo & ~low_bits == hi & ~low_bits:
+            continue  # the bytes before this group agree; only the group itself varies
+        if lo & low_bits != 0:
+            return (lo | low_bits) + 1
+        if hi & low_bits != low_bits:
+            return hi & ~low_bits
+    return None
+
+
+# A class lowered to a small NFA fragment with shared suffixes: edges (from, lo, hi, to) where
+# 0 = the fragment's entry, 1 = its exit, 2.. = inner states. Cached per set of code points.
+@dataclass(frozen=True)
+class _ClassFragment:
+    num_inner: int
+    edges: Tuple[Tuple[int, int, int, int], ...]
+
+
+def _class_fragment(ranges: Tuple[Tuple[int, int], ...]) -> _ClassFragment:
+    suffix_state: Dict[ByteRangeSequence, int] = {}
+    edges: List[Tuple[int, int, int, int]] = []
+
+    def state_for(suffix: ByteRangeSequence) -> int:
+        # The state whose remaining language is exactly ``suffix``: shared by every sequence
+        # that ends the same way (continuation bytes make this common).
+        if not suffix:
+            return 1
+        if suffix not in suffix_state:
+            following = state_for(suffix[1:])  # depth <= 3: bounded recursion
+            suffix_state[suffix] = len(suffix_state) + 2
+            lo, hi = suffix[0]
+            edges.append((suffix_state[suffix], lo, hi, following))
+        return suffix_state[suffix]
+
+    for lo, hi in ranges:
+        for sequence in utf8_byte_sequences(lo, hi):
+            first_lo, first_hi = sequence[0]
+            edges.append((0, first_lo, first_hi, state_for(sequence[1:])))
+    return _ClassFragment(len(suffix_state), tuple(edges))
+
+
+# ----------------------------------------------------------------------------- NFA
+
+
+class _Nfa:
+    """Thompson NFA of one rule: state 0 starts, state 1 accepts."""
+
+    __slots__ = ("byte_edges", "ref_edges", "epsilon")
+
+    def __init__(self) -> None:
+        self.byte_edges: List[List[Tuple[int, int, int]]] = []  # (lo, hi, target)
+        self.ref_edges: List[List[Tuple[int, int]]] = []  # (rule id, target)
+        self.epsilon: List[List[int]] = []
+        self.new_state()
+        self.new_state()
+
+    @property
+    def num_states(self) -> int:
+        return len(self.epsilon)
+
+    def new_state(self) -> int:
+        self.byte_edges.append([])
+        self.ref_edges.append([])
+        self.epsilon.append([])
+        return len(self.epsilon) - 1
+
+
+class _NfaBuilder:
+    """Builds one rule's NFA. Every ``_place(expr, s, t)`` adds paths from ``s`` to ``t`` over
+    fresh inner states and never adds an edge into ``s`` or out of ``t``; that is what makes it
+    safe for choice alternatives to share ``s`` and ``t`` (loops get fresh states of their own)."""
+
+    def __init__(self, rule_name: str, rule_ids: Dict[str, int], max_nodes: int,
+                 fragments: Dict[CharClass, _ClassFragment]):
+        self.rule_name = rule_name
+        self.rule_ids = rule_ids
+        self.max_nodes = max_nodes
+        self.fragments = fragments  # shared across rules: classes recur (e.g. [0-9])
+        self.sizes: Dict[int, int] = {}  # id(expr) -> fresh states its placement creates
+
+    def build(self, body: Expr) -> _Nfa:
+        total = self.size_of(body)
+        if total > self.max_nodes:
+            raise GrammarError(
+                f"rule {self.rule_name!r} would need {total} automaton nodes, more than the "
+                f"limit of {self.max_nodes}")
+        nfa = _Nfa()
+        todo = [(body, 0, 1)]
+        while todo:
+            expr, source, target = todo.pop()
+            self._place(nfa, expr, source, target, todo)
+        return nfa
+
+    def fragment(self, expr: CharClass) -> _ClassFragment:
+        fragment = self.fragments.get(expr)
+        if fragment is None:
+            fragment = self.fragments[expr] = _class_fragment(expr.effective_ranges())
+        return fragment
+
+    # -- sizes (checked before anything is unrolled)
+
+    def size_of(self, root: Expr) -> int:
+        """Fresh NFA states that placing ``root`` creates; post-order, so the innermost
+        repetition that is too large is the one reported."""
+        sizes = self.sizes
+        stack: List[Tuple[Expr, bool]] = [(root, False)]
+        while stack:
+            expr, children_done = stack.pop()
+            if id(expr) in sizes:
+                continue
+            kids = children(expr)
+            if not children_done and kids:
+                stack.append((expr, True))
+                stack.extend((child, False) for child in kids)
+                continue
+            sizes[id(expr)] = self._own_size(expr)
+        return sizes[id(root)]
+
+    def _own_size(self, expr: Expr) -> int:
+        sizes = self.sizes
+        if isinstance(expr, Literal):
+            return max(len(expr.data) - 1, 0)
+        if isinstance(expr, CharClass):
+            return self.fragment(expr).num_inner
+        if isinstance(expr, RuleRef):
+            return 0
+        if isinstance(expr, Sequence):
+            return len(expr.items) - 1 + sum(sizes[id(item)] for item in expr.items)
+        if isinstance(expr, Choice):
+            return sum(sizes[id(alternative)] for alternative in expr.alternatives)
+        if isinstance(expr, Repeat):
+            body = sizes[id(expr.expr)]
+            if expr.max is None:
+                size = expr.min + 2 + (expr.min + 1) * body
+            else:
+                size = expr.max - 1 + expr.max * body
+            if size > self.max_nodes:
+                raise GrammarError(
+                    f"rule {self.rule_name!r}: the repetition {describe_expr(expr)} would need "
+                    f"{size} automaton nodes, more than the limit of {self.max_nodes}")
+            return size
+        raise TypeError(f"not a grammar expression: {expr!r}")
+
+    # -- placement
+
+    def _place(self, nfa: _Nfa, expr: Expr, source: int, target: int, todo: list) -> None:
+        if isinstance(expr, Literal):
+            data = expr.data
+            if not data:
+                nfa.epsilon[source].append(target)
+                return
+            state = source
+            for index, byte in enumerate(data):
+                following = target if index == len(data) - 1 else nfa.new_state()
+                nfa.byte_edges[state].append((byte, byte, following))
+                state = following
+        elif isinstance(expr, CharClass):
+            fragment = self.fragment(expr)
+            states = [source, target] + [nfa.new_state() for _ in range(fragment.num_inner)]
+            for origin, lo, hi, destination in fragment.edges:
+                nfa.byte_edges[states[origin]].append((lo, hi, states[destination]))
+        elif isinstance(expr, RuleRef):
+            nfa.ref_edges[source].append((self.rule_ids[expr.name], target))
+        elif isinstance(expr, Sequence):
+            state = source
+            for index, item in enumerate(expr.items):
+                following = target if index == len(expr.items) - 1 else nfa.new_state()
+                todo.append((item, state, following))
+                state = following
+        elif isinstance(expr, Choice):
+            for alternative in expr.alternatives:
+                todo.append((alternative, source, target))
+        elif isinstance(expr, Repeat):
+            self._place_repeat(nfa, expr, source, target, todo)
+        else:
+            raise TypeError(f"not a grammar expression: {expr!r}")
+
+    @staticmethod
+    def _place_repeat(nfa: _Nfa, expr: Repeat, source: int, target: int, todo: list) -> None:
+        body, low, high = expr.expr, expr.min, expr.max
+        if high is None:
+            # low mandatory copies, then a loop on fresh states: entry -body-> back -eps-> entry
+            state = source
+            for _ in range(low):
+                following = nfa.new_state()
+                todo.append((body, state, following))
+                state = following
+            entry, back = nfa.new_state(), nfa.new_state()
+            nfa.epsilon[state].append(entry)
+            todo.append((body, entry, back))
+            nfa.epsilon[back].append(entry)
+            nfa.epsilon[entry].append(target)
+            return
+        # high copies in a chain; after the low-th one, every boundary may skip to the end
+        state = source
+        for index in range(1, high + 1):
+            following = target if index == high else nfa.new_state()
+            todo.append((body, state, following))
+            if index - 1 >= low:
+                nfa.epsilon[state].append(target)
+            state = following
+
+
+
+def describe_expr(expr: Expr, limit: int = 60) -> str:
+    """Short EBNF-like text of ``expr`` for error messages (cut at ``limit`` characters)."""
+    text = _expr_text(expr, depth=0)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _expr_text(expr: Expr, depth: int) -> str:
+    if depth > 6:  # the message is cut short anyway; and this keeps the recursion bounded
+        return "..."
+    if isinstance(expr, Literal):
+        text = expr.data.decode("utf-8").encode("unicode_escape").decode("ascii")
+        return '"' + text.replace('"', '\\"') + '"'
+    if isinstance(expr, CharClass):
+        items = "".join(chr(lo) if lo == hi else f"{chr(lo)}-{chr(hi)}" for lo, hi in expr.ranges)
+        items = items.encode("unicode_escape").decode("ascii")
+        return f"[{'^' if expr.negated else ''}{items}]"
+    if isinstance(expr, RuleRef):
+        return expr.name
+    if isinstance(expr, Sequence):
+        parts = [_grouped(item, Choice, depth) for item in expr.items[:8]]
+        return " ".join(parts) + (" ..." if len(expr.items) > 8 else "")
+    if isinstance(expr, Choice):
+        parts = [_expr_text(alternative, depth + 1) for alternative in expr.alternatives[:8]]
+        return " | ".join(parts) + (" | ..." if len(expr.alternatives) > 8 else "")
+    if isinstance(expr, Repeat):
+        operand = _grouped(expr.expr, (Choice, Sequence, Repeat), depth)
+        if expr.max is None:
+            suffix = {0: "*", 1: "+"}.get(expr.min, f"{{{expr.min},}}")
+        elif (expr.min, expr.max) == (0, 1):
+            suffix = "?"
+        elif expr.min == expr.max:
+            suffix = f"{{{expr.min}}}"
+        else:
+            suffix = f"{{{expr.min},{expr.max}}}"
+        return operand + suffix
+    return repr(expr)
+
+
+def _grouped(expr: Expr, kinds, depth: int) -> str:
+    text = _expr_text(expr, depth + 1)
+    return f"({text})" if isinstance(expr, kinds) else text
+
+
+# ----------------------------------------------------------------------------- DFA per rule
+
+# A move letter: a byte interval k >= 0 (of the rule's own intervals), or a reference to rule S
+# encoded as -(S + 1).
+
+
+def _ref_letter(rule: int) -> int:
+    return -rule - 1  # and back: rule = -letter - 1
+
+
+@dataclass
+class _RuleDfa:
+    """One rule's DFA; state 0 is the start. ``cuts`` are the first bytes of the rule's byte
+    intervals (interval k = cuts[k] .. cuts[k+1]-1, the last ends at 255)."""
+
+    cuts: List[int]
+    moves: List[Dict[int, int]]  # per state: letter -> state
+    final: List[bool]
+
+    @property
+    def num_states(self) -> int:
+        return len(self.final)
+
+
+def _determinise(nfa: _Nfa, rule_name: str, budget: int, max_nodes: int) -> _RuleDfa:
+    """Subset construction over the rule's byte intervals and reference letters."""
+    cut_set = {0}
+    for edges in nfa.byte_edges:
+        for lo, hi, _ in edges:
+            cut_set.add(lo)
+            cut_set.add(hi + 1)
+    cut_set.discard(256)
+    cuts = sorted(cut_set)
+    interval_of = {cut: index for index, cut in enumerate(cuts)}
+    interval_of[256] = len(cuts)
+    # Per NFA state, its edges grouped by letter (byte ranges expanded to intervals), once here
+    # rather than once per subset that contains the state.
+    grouped: List[Dict[int, List[int]]] = []
+    for byte_edges, ref_edges in zip(nfa.byte_edges, nfa.ref_edges):
+        by_letter: Dict[int, List[int]] = {}
+        for lo, hi, target in byte_edges:
+            for interval in range(interval_of[lo], interval_of[hi + 1]):
+                by_letter.setdefault(interval, []).append(target)
+        for rule, target in ref_edges:
+            by_letter.setdefault(_ref_letter(rule), []).append(target)
+        grouped.append(by_letter)
+    epsilon = nfa.epsilon
+    closures: List[Optional[FrozenSet[int]]] = [None] * nfa.num_states
+
+    def closure_of(state: int) -> FrozenSet[int]:
+        closed = closures[state]
+        if closed is None:
+            seen = {state}
+            stack = [state]
+            while stack:
+                for following in epsilon[stack.pop()]:
+                    if following not in seen:
+                        seen.add(following)
+                        stack.append(following)
+            closed = closures[state] = frozenset(seen)
+        return closed
+
+    start = closure_of(0)
+    ids: Dict[FrozenSet[int], int] = {start: 0}
+    subsets: List[FrozenSet[int]] = [start]
+    by_targets: Dict[object, int] = {}  # raw target state or set -> DFA state (skips closures)
+    moves: List[Dict[int, int]] = []
+    final: List[bool] = []
+    index = 0
+    while index < len(subsets):
+        subset = subsets[index]
+        index += 1
+        if len(subset) == 1:
+            targets = grouped[next(iter(subset))]  # read only
+        else:
+            targets = {}
+            for state in subset:
+                for letter, state_targets in grouped[state].items():
+                    bucket = targets.get(letter)
+                    if bucket is None:
+                        targets[letter] = list(state_targets)
+                    else:
+                        bucket.extend(state_targets)
+        move: Dict[int, int] = {}
+        for letter, raw in targets.items():
+            key = raw[0] if len(raw) == 1 else frozenset(raw)
+            dfa_state = by_targets.get(key)
+            if dfa_state is None:
+                if len(raw) == 1:
+                    closed = closure_of(raw[0])
+                else:
+                    closed = frozenset().union(*(closure_of(state) for state in key))
+                dfa_state = ids.get(closed)
+                if dfa_state is None:
+                    dfa_state = ids[closed] = len(subsets)
+                    subsets.append(closed)
+                    if len(subsets) > budget:
+                        raise _too_many_nodes(rule_name, budget, max_nodes)
+                by_targets[key] = dfa_state
+            move[letter] = dfa_state
+        moves.append(move)
+        final.append(1 in subset)
+    return _RuleDfa(cuts, moves, final)
+
+
+def _too_many_nodes(rule_name: str, budget: int, max_nodes: int) -> GrammarError:
+    used = max_nodes - budget
+    if budget >= max_nodes // 2:  # this rule alone takes most of the limit
+        return GrammarError(
+            f"rule {rule_name!r}: determinising it needs more than {budget} automaton nodes "
+            f"(the grammar's limit is {max_nodes}, earlier rules use {used}); a repetition "
+            f"after an unbounded one, as in [ab]* \"a\" [ab]{{20}}, blows up exponentially")
+    return GrammarError(
+        f"the grammar needs more than {max_nodes} automaton nodes (the limit): the rules "
+        f"before {rule_name!r} use {used}")
+
+
+# ----------------------------------------------------------------------------- dead parts
+
+
+def _prune_dead(dfas: List[_RuleDfa]) -> None:
+    """Remove, in place, every edge that cannot lead to completion.
+
+    A state is *live* when it is final, or has a byte edge to a live state, or a reference edge
+    to a productive rule whose return state is live; a rule is *productive* (derives at least
+    one string) when its start state is live. Least fixed point by a worklist over reversed
+    edges; byte edges into dead states and reference edges to unproductive rules or dead return
+    states are then deleted.
+    """
+    offsets = [0]
+    for dfa in dfas:
+        offsets.append(offsets[-1] + dfa.num_states)
+    total = offsets[-1]
+    # reversed edges: target -> sources; a reference edge is recorded at its return state and
+    # waits there (with its rule) until the rule is productive too
+    byte_preds: List[List[int]] = [[] for _ in range(total)]
+    ref_preds: Dict[int, List[Tuple[int, int]]] = {}  # ret -> [(source, rule)]
+    callers: List[List[Tuple[int, int]]] = [[] for _ in dfas]  # rule -> [(source, ret)]
+    live = bytearray(total)
+    work: List[int] = []
+    for rule, dfa in enumerate(dfas):
+        base = offsets[rule]
+        for state, move in enumerate(dfa.moves):
+            source = base + state
+            for letter, target in move.items():
+                if letter >= 0:
+                    byte_preds[base + target].append(source)
+                else:
+                    callee = -letter - 1
+                    ref_preds.setdefault(base + target, []).append((source, callee))
+                    callers[callee].append((source, base + target))
+            if dfa.final[state]:
+                live[source] = 1
+                work.append(source)
+    start_of_rule = {offset: rule for rule, offset in enumerate(offsets[:-1])}
+    productive = bytearray(len(dfas))
+    while work:
+        node = work.pop()
+        for source in byte_preds[node]:
+            if not live[source]:
+                live[source] = 1
+                work.append(source)
+        for source, callee in ref_preds.get(node, ()):
+            if productive[callee] and not live[source]:
+                live[source] = 1
+                work.append(source)
+        rule = start_of_rule.get(node)
+        if rule is not None and not productive[rule]:
+            productive[rule] = 1
+            for source, ret in callers[rule]:
+                if live[ret] and not live[source]:
+                    live[source] = 1
+                    work.append(source)
+    if all(live):
+        return
+    for rule, dfa in enumerate(dfas):
+        base = offsets[rule]
+        for move in dfa.moves:
+            dead = [letter for letter, target in move.items()
+                    if not live[base + target] or (letter < 0 and not productive[-letter - 1])]
+            for letter in dead:
+                del move[letter]
+
+
+def _nothing_can_be_dead(bodies: List[Expr], rule_ids: Dict[str, int],
+                         fragments: Dict[CharClass, _ClassFragment]) -> bool:
+    """True when no DFA state can be dead, so ``_prune_dead`` may be skipped (the usual case
+    after ``prepare``, which drops unproductive alternatives).
+
+    If every character class matches something and every rule derives some string, every
+    Thompson NFA state can reach its end, so every subset can too. Productivity is settled here
+    in a few cheap passes over the IR; a grammar that needs more passes (or has an unproductive
+    rule or an empty class) is left to the exact pruning.
+    """
+    if any(not fragment.edges for fragment in fragments.values()):
+        return False
+    productive = [False] * len(bodies)
+    pending = list(range(len(bodies)))
+
+    def leaf(expr: Expr) -> bool:
+        return productive[rule_ids[expr.name]] if isinstance(expr, RuleRef) else True
+
+    for _ in range(3):
+        # rules tend to reference rules defined after them: reverse order settles most in one
+        for rule in reversed(pending):
+            productive[rule] = _evaluate(bodies[rule], leaf)
+        pending = [rule for rule in pending if not productive[rule]]
+        if not pending:
+            return True
+    return False
+
+
+def _evaluate(root: Expr, leaf) -> bool:
+    """Whether ``root`` derives some string, given ``leaf`` for literals, classes and
+    references (iterative: expression nesting may be deep)."""
+    results: Dict[int, bool] = {}
+    stack: List[Tuple[Expr, bool]] = [(root, False)]
+    while stack:
+        expr, children_done = stack.pop()
+        if isinstance(expr, (Literal, CharClass, RuleRef)):
+            results[id(expr)] = leaf(expr)
+        elif not children_done:
+            stack.append((expr, True))
+            stack.extend((child, False) for child in children(expr))
+        elif isinstance(expr, Sequence):
+            results[id(expr)] = all(results[id(item)] for item in expr.items)
+        elif isinstance(expr, Choice):
+            results[id(expr)] = any(results[id(item)] for item in expr.alternatives)
+        else:  # Repeat
+            results[id(expr)] = expr.min == 0 or results[id(expr.expr)]
+    return results[id(root)]
+
+
+# ----------------------------------------------------------------------------- minimisation
+
+
+def _minimise(dfa: _RuleDfa) -> _RuleDfa:
+    """The minimal DFA of the states reachable from the start, numbered breadth-first.
+
+    All states reachable after pruning can complete (except a start state of a rule that derives
+    nothing, which then has no edges), so equivalence is plain DFA equivalence with reference
+    letters as ordinary letters.
+    """
+    moves, final = dfa.moves, dfa.final
+    post_order = _acyclic_post_order(moves, 0)
+    if post_order is not None:
+        block_of = _acyclic_blocks(post_order, moves, final)
+    else:
+        block_of = _coarsest_partition(moves, final, _breadth_first(moves, 0))
+    # Quotient: a block keeps the moves of its first member; blocks numbered breadth-first.
+    number = {block_of[0]: 0}
+    members = [0]
+    new_moves: List[Dict[int, int]] = []
+    for state in members:  # grows while iterating: breadth-first over representatives
+        move = {}
+        for letter, target in moves[state].items():
+            block = block_of[target]
+            index = number.get(block)
+            if index is None:
+                index = number[block] = len(members)
+                members.append(target)
+            move[letter] = index
+        new_moves.append(move)
+    return _RuleDfa(dfa.cuts, new_moves, [final[state] for state in members])
+
+
+def _breadth_first(moves: List[Dict[int, int]], start: int) -> List[int]:
+    order = [start]
+    seen = {start}
+    for state in order:  # grows while iterating
+        for target in moves[state].values():
+            if target not in seen:
+                seen.add(target)
+                order.append(target)
+    return order
+
+
+def _acyclic_post_order(moves: List[Dict[int, int]], start: int) -> Optional[List[int]]:
+    """States reachable from ``start``, each after all its successors; None if there is a
+    cycle."""
+    ACTIVE, DONE = 1, 2
+    status = {start: ACTIVE}
+    post_order: List[int] = []
+    stack = [(start, iter(moves[start].values()))]
+    while stack:
+        state, successors = stack[-1]
+        for target in successors:
+            seen = status.get(target)
+            if seen is None:
+                status[target] = ACTIVE
+                stack.append((target, iter(moves[target].values())))
+                break
+            if seen == ACTIVE:
+                return None
+        else:
+            stack.pop()
+            status[state] = DONE
+            post_order.append(state)
+    return post_order
+
+
+def _acyclic_blocks(post_order: List[int], moves: List[Dict[int, int]],
+                    final: List[bool]) -> Dict[int, int]:
+    """Equivalence blocks of an acyclic DFA in one pass (Revuz): successors are classified
+    first, so a state's block is determined by its finality and its (letter, block) moves."""
+    block_of: Dict[int, int] = {}
+    registry: Dict[tuple, int] = {}
+    for state in post_order:
+        move = moves[state]
+        if len(move) > 1:
+            signature = (final[state], tuple(sorted([(letter, block_of[target])
+                                                     for letter, target in move.items()])))
+        else:
+            signature = (final[state], tuple([(letter, block_of[target])
+                                              for letter, target in move.items()]))
+        block = registry.get(signature)
+        if block is None:
+            block = registry[signature] = len(registry)
+        block_of[state] = block
+    return block_of
+
+
+def _coarsest_partition(moves: List[Dict[int, int]], final: List[bool],
+                        states: List[int]) -> Dict[int, int]:
+    """Hopcroft's partition refinement over ``states`` (closed under moves) of a partial DFA.
+
+    Two states end up in one block iff they agree on finality and, for every letter, both lack
+    it or both move into the same block. Missing moves are not a sink state, so every initial
+    block starts on the worklist (Valmari and Lehtinen's fix for partial transition functions);
+    afterwards a split block that is not waiting adds only its smaller half. Initial blocks
+    already separate states by their set of letters (which equivalent states share).
+    """
+    incoming: Dict[int, List[Tuple[int, int]]] = {state: [] for state in states}
+    initial: Dict[tuple, List[int]] = {}
+    for source in states:
+        move = moves[source]
+        for letter, target in move.items():
+            incoming[target].append((letter, source))
+        initial.setdefault((final[source], frozenset(move)), []).append(source)
+    members: List[set] = [set(block) for block in initial.values()]
+    block_of: Dict[int, int] = {}
+    for block, block_states in enumerate(members):
+        for state in block_states:
+            block_of[state] = block
+    waiting = list(range(len(members)))
+    is_waiting = [True] * len(members)
+    while waiting:
+        splitter = waiting.pop()
+        is_waiting[splitter] = False
+        sources_by_letter: Dict[int, List[int]] = {}
+        for target in list(members[splitter]):
+            for letter, source in incoming[target]:
+                sources_by_letter.setdefault(letter, []).append(source)
+        for sources in sources_by_letter.values():
+            hit: Dict[int, List[int]] = {}
+            for source in sources:
+                hit.setdefault(block_of[source], []).append(source)
+            for block, inside in hit.items():
+                if len(inside) == len(members[block]):
+                    continue
+                new_block = len(members)
+                members.append(set(inside))
+                members[block].difference_update(inside)
+                for state in inside:
+                    block_of[state] = new_block
+                if is_waiting[block]:
+                    is_waiting.append(True)
+                    waiting.append(new_block)
+                elif len(inside) <= len(members[block]):
+                    is_waiting.append(True)
+                    waiting.append(new_block)
+                else:
+                    is_waiting.append(False)
+                    is_waiting[block] = True
+                    waiting.append(block)
+    return block_of
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _flatten(dfas: List[_RuleDfa]
+             ) -> Tuple[List[int], List[bool], List[List[Tuple[int, int]]], List[int]]:
+    """One pass over every rule's moves, in the final node numbering.
+
+    Returns the rules' start nodes, finality per node, the reference edges per node as sorted
+    (rule, return node) pairs, and the byte edges as one flat list of (source, interval,
+    target) triples, where interval numbers run over all rules' intervals in rule order (the
+    intervals of rule r are numbered from the total count of the rules before it).
+    """
+    rule_start: List[int] = []
+    final: List[bool] = []
+    node_refs: List[List[Tuple[int, int]]] = []
+    byte_edges: List[int] = []
+    base = interval_base = 0
+    for dfa in dfas:
+        rule_start.append(base)
+        final.extend(dfa.final)
+        for state, move in enumerate(dfa.moves, start=base):
+            refs = []
+            for letter, target in move.items():
+                if letter >= 0:
+                    byte_edges.extend((state, interval_base + letter, base + target))
+                else:
+                    refs.append((-letter - 1, base + target))
+            if len(refs) > 1:
+                refs.sort()
+            node_refs.append(refs)
+        base += dfa.num_states
+        interval_base += len(dfa.cuts)
+    return rule_start, final, node_refs, byte_edges
+
+
+def _byte_tables(byte_edges: List[int], rule_cuts: List[List[int]], num_nodes: int
+                 ) -> Tuple[np.ndarray, np.ndarray]:
+    """(byte_class, next_node) for all rules at once.
+
+    First a table over the *fine* intervals (the common refinement of every rule's intervals,
+    at most 256), built column-major; then fine intervals whose columns agree at every node
+    (same target, or both absent) are merged into one class: the coarsest byte partition that
+    no edge distinguishes. Grouping the columns' bytes in a dict is exact, and much faster than
+    ``np.unique(axis=...)``.
+    """
+    fine_cuts = sorted({cut for cuts in rule_cuts for cut in cuts})
+    num_fine = len(fine_cuts)
+    fine_of_byte = np.repeat(np.arange(num_fine), np.diff(np.append(fine_cuts, 256)))
+    # each rule interval -> its range of fine intervals [first, stop)
+    interval_first = fine_of_byte[np.asarray([c for cuts in rule_cuts for c in cuts], np.int64)]
+    interval_stop = np.asarray([stop for cuts in rule_cuts for stop in cuts[1:] + [256]],
+                               dtype=np.int64)
+    interval_stop = np.append(fine_of_byte, num_fine)[interval_stop]
+    table = np.full((num_fine, num_nodes), -1, dtype=np.int32)  # [fine interval, node]
+    if byte_edges:
+        edges = np.asarray(byte_edges, dtype=np.int64).reshape(-1, 3)
+        firsts = interval_first[edges[:, 1]]
+        widths = interval_stop[edges[:, 1]] - firsts
+        ends = np.cumsum(widths)
+        fines = np.arange(ends[-1]) - np.repeat(ends - widths - firsts, widths)
+        table[fines, np.repeat(edges[:, 0], widths)] = np.repeat(edges[:, 2], widths)
+    # fine intervals with equal columns share a class; classes are numbered in the order of
+    # their first fine interval, i.e. of their smallest byte
+    class_of_column: Dict[bytes, int] = {}
+    fine_class = np.empty(num_fine, dtype=np.int64)
+    class_column: List[int] = []  # the first fine interval of each class
+    for fine in range(num_fine):
+        key = table[fine].tobytes()
+        klass = class_of_column.get(key)
+        if klass is None:
+            klass = class_of_column[key] = len(class_column)
+            class_column.append(fine)
+        fine_class[fine] = klass
+    next_node = np.ascontiguousarray(table[class_column].T)
+    byte_class = fine_class[fine_of_byte].astype(np.uint8)
+    return byte_class, next_node
+
+
+# ----------------------------------------------------------------------------- analyses
+
+
+def _epsilon_reach(rule_start: Seq[int], node_refs: List[List[Tuple[int, int]]],
+                   is_final: Seq[bool]) -> Tuple[List[bool], List[List[int]]]:
+    """(nullable per rule, nodes of each rule reachable from its start without reading a byte).
+
+    A node is epsilon-reachable when it is the start, or the return node of a reference to a
+    nullable rule taken at an epsilon-reachable node; a rule is nullable when it reaches a final
+    node that way. Least fixed point: a reference to a rule not yet known to be nullable waits
+    on that rule.
+    """
+    num_rules = len(rule_start)
+    nullable = [False] * num_rules
+    reached: List[set] = [set() for _ in range(num_rules)]
+    order: List[List[int]] = [[] for _ in range(num_rules)]  # reached, in discovery order
+    waiting: List[List[Tuple[int, int]]] = [[] for _ in range(num_rules)]  # callee -> (rule, ret)
+    became_nullable: List[int] = []
+
+    def visit(rule: int, node: int) -> None:
+        stack = [node]
+        while stack:
+            node = stack.pop()
+            if node in reached[rule]:
+                continue
+            reached[rule].add(node)
+            order[rule].append(node)
+            if is_final[node] and not nullable[rule]:
+                nullable[rule] = True
+                became_nullable.append(rule)
+            for callee, ret in node_refs[node]:
+                if nullable[callee]:
+                    stack.append(ret)
+                else:
+                    waiting[callee].append((rule, ret))
+
+    for rule in range(num_rules):
+        visit(rule, rule_start[rule])
+    while became_nullable:
+        callee = became_nullable.pop()
+        pending, waiting[callee] = waiting[callee], []
+        for rule, ret in pending:
+            visit(rule, ret)
+    return nullable, order
+
+
+def _left_calls(reached: List[List[int]], node_refs) -> List[List[int]]:
+    """Per rule, the rules it may push before reading a byte (sorted, no duplicates)."""
+    return [sorted({callee for node in nodes for callee, _ in node_refs[node]})
+            for nodes in reached]
+
+
+def _callees_first_order(left_calls: List[List[int]], names: Seq[str]) -> List[int]:
+    """Rules ordered so that each comes after every rule it left-calls; raises GrammarError
+    naming a cycle (left recursion: the runtime's closure would push forever)."""
+    NEW, ACTIVE, DONE = 0, 1, 2
+    color = [NEW] * len(left_calls)
+    order: List[int] = []
+    for root in range(len(left_calls)):
+        if color[root] != NEW:
+            continue
+        color[root] = ACTIVE
+        path = [root]
+        iterators = [iter(left_calls[root])]
+        while iterators:
+            callee = next(iterators[-1], None)
+            if callee is None:
+                iterators.pop()
+                done = path.pop()
+                color[done] = DONE
+                order.append(done)
+            elif color[callee] == ACTIVE:
+                cycle = path[path.index(callee):] + [callee]
+                raise GrammarError(
+                    "left recursion remains: " + " -> ".join(names[rule] for rule in cycle))
+            elif color[callee] == NEW:
+                color[callee] = ACTIVE
+                path.append(callee)
+                iterators.append(iter(left_calls[callee]))
+    return order
+
+
+def _first_sets(reached: List[List[int]], left_calls: List[List[int]], callees_first: List[int],
+                next_node: np.ndarray, byte_class: np.ndarray) -> np.ndarray:
+    """FIRST(r): bytes that start a non-empty string of r — the byte edges of r's
+    epsilon-reachable nodes, plus FIRST of the rules referenced there. Exact, because every
+    edge left after pruning can lead to completion."""
+    num_rules = len(reached)
+    rule_index = np.repeat(np.arange(num_rules), [len(nodes) for nodes in reached])
+    node_index = np.fromiter((node for nodes in reached for node in nodes), dtype=np.int64,
+                             count=len(rule_index))
+    own_classes = np.zeros((num_rules, next_node.shape[1]), dtype=bool)
+    np.logical_or.at(own_classes, rule_index, next_node[node_index] >= 0)
+    first = own_classes[:, byte_class]
+    for rule in callees_first:
+        for callee in left_calls[rule]:
+            first[rule] |= first[callee]
+    return first
+
+
+# ----------------------------------------------------------------------------- the builder
+
+
+def _lookahead_rule_name(name: str, taken: set) -> str:
+    candidate = f"{name}#lookahead"
+    counter = 1
+    while candidate in taken:
+        counter += 1
+        candidate = f"{name}#lookahead{counter}"
+    return candidate
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The builder allocates many small containers that die together; the cyclic collector's
+    repeated full scans of them cost ~20% on large grammars and free nothing."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def build_automaton(grammar: Grammar, *, max_nodes: int = DEFAULT_MAX_NODES) -> Automaton:
+    """Compile ``grammar`` (after ``gxg.compiler.passes``) into the automaton tables.
+
+    Raises ``GrammarError`` when a repetition or the whole grammar needs more than
+    ``max_nodes`` nodes, and when left recursion remains (the runtime's closure would not
+    terminate).
+    """
+    with _gc_paused():
+        return _build(grammar, max_nodes)
+
+
+def _build(grammar: Grammar, max_nodes: int) -> Automaton:
+    names = list(grammar.rule_names)
+    rule_ids = {name: index for index, name in enumerate(names)}
+    bodies = [rule.body for rule in grammar.rules]
+    lookahead = [-1] * len(names)
+    taken = set(names)
+    for index, rule in enumerate(grammar.rules):
+        if rule.lookahead is not None:
+            lookahead[index] = len(bodies)
+            name = _lookahead_rule_name(rule.name, taken)
+            taken.add(name)
+            names.append(name)
+            bodies.append(rule.lookahead)
+            lookahead.append(-1)
+
+    # 1-2: NFA and subset construction, rule by rule
+    fragments: Dict[CharClass, _ClassFragment] = {}
+    dfas: List[_RuleDfa] = []
+    budget = max_nodes
+    for name, body in zip(names, bodies):
+        nfa = _NfaBuilder(name, rule_ids, max_nodes, fragments).build(body)
+        dfa = _determinise(nfa, name, budget, max_nodes)
+        budget -= dfa.num_states
+        dfas.append(dfa)
+
+    # 3-4: dead parts, then minimisation
+    if not _nothing_can_be_dead(bodies, rule_ids, fragments):
+        _prune_dead(dfas)
+    dfas = [_minimise(dfa) for dfa in dfas]
+
+    # 5: tables
+    starts, final_list, node_refs, byte_edges = _flatten(dfas)
+    num_nodes = len(final_list)
+    byte_class, next_node = _byte_tables(byte_edges, [dfa.cuts for dfa in dfas], num_nodes)
+    rule_start = np.array(starts, dtype=np.int32)
+    ref_counts = np.fromiter(map(len, node_refs), dtype=np.int64, count=num_nodes)
+    ref_offsets = np.concatenate([[0], np.cumsum(ref_counts)]).astype(np.int32)
+    flat_refs = np.array([pair for refs in node_refs for pair in refs],
+                         dtype=np.int32).reshape(-1, 2)
+    ref_rule = np.ascontiguousarray(flat_refs[:, 0])
+    ref_return = np.ascontiguousarray(flat_refs[:, 1])
+    is_final = np.array(final_list, dtype=bool)
+    is_scannable = (next_node >= 0).any(axis=1)
+    is_pure_return = is_final & ~is_scannable & (ref_counts == 0)
+    sizes = [dfa.num_states for dfa in dfas]
+    node_rule = np.repeat(np.arange(len(dfas), dtype=np.int32), sizes)
+
+    # 6: nullability, left-recursion check, FIRST sets
+    nullable, reached = _epsilon_reach(starts, node_refs, final_list)
+    left_calls = _left_calls(reached, node_refs)
+    callees_first = _callees_first_order(left_calls, names)
+    rule_first = _first_sets(reached, left_calls, callees_first, next_node, byte_class)
+
+    return Automaton(
+        byte_class=byte_class,
+        next_node=next_node,
+        ref_offsets=ref_offsets,
+        ref_rule=ref_rule,
+        ref_return=ref_return,
+        is_final=is_final,
+        is_scannable=is_scannable,
+        is_pure_return=is_pure_return,
+        node_rule=node_rule,
+        rule_start=rule_start,
+        rule_nullable=np.array(nullable, dtype=bool),
+        rule_first=rule_first,
+        rule_lookahead=np.array(lookahead, dtype=np.int32),
+        rule_names=tuple(names),
+        root_rule=rule_ids[grammar.root_rule_name],
+    )

@@ -1,0 +1,205 @@
+"""Adaptive token-mask cache (stage 3 of the pipeline; XGrammar paper §3.1–3.2).
+
+In:  an ``Automaton`` and a ``TokenizerInfo`` (its sorted vocabulary).
+Out: a ``MaskCache``: for every scannable node n, the tokens classified from n with n's rule
+     frame as the only known part of the stack:
+
+     * accepted  — some path consumes every byte without popping below that frame: allowed
+                   whatever the rest of the stack is;
+     * uncertain — every surviving path completes the frame with bytes left, and those bytes
+                   can continue in *some* caller (context expansion: the walk escapes into every
+                   return site of the rule, and on through their callers, honouring the rule's
+                   lookahead assertion): the runtime checks these against the real stack;
+     * rejected  — everything else.
+
+     On the host each node's entry uses the paper's adaptive storage: the accepted list, the
+     rejected list or a bitset over the sorted vocabulary, whichever is smallest; the uncertain
+     tokens are a list. The layout the kernels read is derived from it (``kernel_layout``):
+     deduplicated dense accept rows in token-id bit space and an uncertain-token CSR.
+
+Indices in entries are positions in the sorted vocabulary (``TokenizerInfo.sorted_token_ids``).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from gxg.compiler.automaton import Automaton
+from gxg.compiler.stack_walk import StackWalker
+from gxg.compiler.vocab_walk import TokenTrie, VocabularyWalk, walk_trie
+
+REJECTED, ACCEPTED, UNCERTAIN = 0, 1, 2
+NODES_PER_WALK = 64  # nodes walked through the trie together (bounds the walk's memory)
+
+
+class StoreType(enum.IntEnum):
+    ACCEPTED = 0          # the accepted sorted indices are listed
+    REJECTED = 1          # the rejected sorted indices are listed
+    ACCEPTED_BITSET = 2   # a bitset over sorted indices marks the accepted ones
+
+
+@dataclass(frozen=True, eq=False)
+class NodeTokenMask:
+    store_type: StoreType
+    indices: np.ndarray     # int32: accepted (ACCEPTED) or rejected (REJECTED) sorted indices
+    bitset: np.ndarray      # uint32 words over sorted indices (ACCEPTED_BITSET), else empty
+    uncertain: np.ndarray   # int32 sorted indices, ascending
+
+    def accepted(self, num_sorted: int) -> np.ndarray:
+        """Accepted sorted indices, ascending."""
+        if self.store_type == StoreType.ACCEPTED:
+            return self.indices
+        if self.store_type == StoreType.ACCEPTED_BITSET:
+            bits = np.unpackbits(self.bitset.view(np.uint8), bitorder="little")[:num_sorted]
+            return np.nonzero(bits)[0].astype(np.int32)
+        keep = np.ones(num_sorted, dtype=bool)
+        keep[self.indices] = False
+        keep[self.uncertain] = False
+        return np.nonzero(keep)[0].astype(np.int32)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.indices.nbytes + self.bitset.nbytes + self.uncertain.nbytes)
+
+
+@dataclass(frozen=True, eq=False)
+class MaskCache:
+    num_sorted: int                       # size of the sorted vocabulary
+    nodes: np.ndarray                     # int32 [M]: the scannable nodes, ascending
+    entries: Tuple[NodeTokenMask, ...]    # one per node in ``nodes``
+
+    def entry(self, node: int) -> NodeTokenMask:
+        position = int(np.searchsorted(self.nodes, node))
+        if position >= len(self.nodes) or self.nodes[position] != node:
+            raise KeyError(f"node {node} has no mask-cache entry (it cannot scan a byte)")
+        return self.entries[position]
+
+    @property
+    def memory_size_bytes(self) -> int:
+        return int(sum(entry.nbytes for entry in self.entries) + self.nodes.nbytes)
+
+    def uncertain_counts(self) -> np.ndarray:
+        return np.array([len(entry.uncertain) for entry in self.entries], dtype=np.int64)
+
+
+def classify_nodes(walk: VocabularyWalk, classes_of: "_StateClasses", trie: TokenTrie,
+                   nodes: np.ndarray) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """For each node, (accepted, uncertain) sorted indices (ascending) of the tokens walked
+    from it; every other token is rejected."""
+    starts = [walk.intern(walk.walker.initial((int(node),))) for node in nodes]
+    origin, tokens, final_states = walk_trie(walk, trie, np.array(starts, dtype=np.int32))
+    classes = classes_of[final_states]
+    order = np.lexsort((tokens, origin))
+    origin, tokens, classes = origin[order], tokens[order].astype(np.int32), classes[order]
+    bounds = np.searchsorted(origin, np.arange(len(nodes) + 1))
+    out = []
+    for i in range(len(nodes)):
+        t, c = tokens[bounds[i]: bounds[i + 1]], classes[bounds[i]: bounds[i + 1]]
+        out.append((t[c == ACCEPTED], t[c == UNCERTAIN]))
+    return out
+
+
+class _StateClasses:
+    """Class of every state interned by one walk (extended as the walk interns more)."""
+
+    def __init__(self, walk: VocabularyWalk):
+        self.walk = walk
+        self.known = np.zeros(0, np.int8)
+
+    def __getitem__(self, states: np.ndarray) -> np.ndarray:
+        configs = self.walk.configs
+        if len(self.known) < len(configs):
+            has_unescaped = StackWalker.has_unescaped
+            fresh = [ACCEPTED if has_unescaped(c) else (UNCERTAIN if c else REJECTED)
+                     for c in configs[len(self.known):]]
+            self.known = np.concatenate([self.known, np.array(fresh, dtype=np.int8)])
+        return self.known[states]
+
+
+def adaptive_entry(accepted: np.ndarray, uncertain: np.ndarray, num_sorted: int
+                   ) -> NodeTokenMask:
+    """The smallest of the three storages for one node (paper §3.1)."""
+    num_rejected = num_sorted - len(accepted) - len(uncertain)
+    bitset_words = (num_sorted + 31) // 32
+    sizes = {StoreType.ACCEPTED: 4 * len(accepted), StoreType.REJECTED: 4 * num_rejected,
+             StoreType.ACCEPTED_BITSET: 4 * bitset_words}
+    store = min(sizes, key=lambda kind: (sizes[kind], kind))
+    no_words = np.zeros(0, np.uint32)
+    if store == StoreType.ACCEPTED:
+        return NodeTokenMask(store, accepted, no_words, uncertain)
+    if store == StoreType.REJECTED:
+        rejected = np.ones(num_sorted, dtype=bool)
+        rejected[accepted] = False
+        rejected[uncertain] = False
+        return NodeTokenMask(store, np.nonzero(rejected)[0].astype(np.int32), no_words,
+                             uncertain)
+    bits = np.zeros(bitset_words * 32, dtype=np.uint8)
+    bits[accepted] = 1
+    words = np.packbits(bits, bitorder="little").view(np.uint32).copy()
+    return NodeTokenMask(store, np.zeros(0, np.int32), words, uncertain)
+
+
+def build_mask_cache(automaton: Automaton, trie: TokenTrie) -> MaskCache:
+    """Classify the sorted vocabulary (as a trie) from every scannable node."""
+    walker = StackWalker(automaton, escape_bottom=True)
+    walk = VocabularyWalk(walker)
+    classes_of = _StateClasses(walk)
+    nodes = np.nonzero(automaton.is_scannable)[0].astype(np.int32)
+    entries = []
+    for chunk in range(0, len(nodes), NODES_PER_WALK):
+        part = nodes[chunk: chunk + NODES_PER_WALK]
+        entries.extend(adaptive_entry(accepted, uncertain, trie.num_tokens)
+                       for accepted, uncertain in classify_nodes(walk, classes_of, trie, part))
+    return MaskCache(trie.num_tokens, nodes, tuple(entries))
+
+
+# ----------------------------------------------------------------------------- kernel layout
+
+
+@dataclass(frozen=True, eq=False)
+class KernelMaskLayout:
+    """What the fill kernels read: per node a dense accept row and an uncertain-token range.
+
+    node_row          int32  [num_nodes]       row of ``accept_rows`` (-1: node has no entry)
+    accept_rows       int32  [rows, W]         bitmask words over token ids (bit t%32 of word
+                                               t//32), deduplicated across nodes
+    uncertain_offsets int32  [num_nodes + 1]   CSR over nodes
+    uncertain_tokens  int32  [U]               sorted-vocab indices, ascending per node
+    """
+
+    node_row: np.ndarray
+    accept_rows: np.ndarray
+    uncertain_offsets: np.ndarray
+    uncertain_tokens: np.ndarray
+
+
+def kernel_layout(cache: MaskCache, num_nodes: int, sorted_token_ids: np.ndarray,
+                  vocab_size: int) -> KernelMaskLayout:
+    words = (vocab_size + 31) // 32
+    node_row = np.full(num_nodes, -1, dtype=np.int32)
+    rows: List[np.ndarray] = []
+    row_of: Dict[bytes, int] = {}
+    uncertain_counts = np.zeros(num_nodes, dtype=np.int64)
+    uncertain_parts = {}
+    for node, entry in zip(cache.nodes.tolist(), cache.entries):
+        accepted_ids = sorted_token_ids[entry.accepted(cache.num_sorted)]
+        bits = np.zeros(words * 32, dtype=np.uint8)
+        bits[accepted_ids] = 1
+        row = np.packbits(bits, bitorder="little").view(np.int32)
+        key = row.tobytes()
+        if key not in row_of:
+            row_of[key] = len(rows)
+            rows.append(row)
+        node_row[node] = row_of[key]
+        uncertain_counts[node] = len(entry.uncertain)
+        uncertain_parts[node] = entry.uncertain
+    offsets = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(uncertain_counts, out=offsets[1:])
+    tokens = np.zeros(int(offsets[-1]), dtype=np.int32)
+    for node, part in uncertain_parts.items():
+        tokens[offsets[node]: offsets[node + 1]] = part
+    accept_rows = np.stack(rows) if rows else np.zeros((0, words), dtype=np.int32)
+    return KernelMaskLayout(node_row, accept_rows, offsets.astype(np.int32), tokens)

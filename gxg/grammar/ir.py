@@ -1,0 +1,377 @@
+"""Grammar IR: the plain data that every front-end produces and the compiler consumes.
+
+In:  nothing — this module is the data model.
+Out: immutable, hashable dataclasses:
+
+    Grammar(rules=(Rule, ...), root_rule_name="root")
+    Rule(name, body: Expr, lookahead: Expr | None)
+    Expr = Literal | CharClass | RuleRef | Sequence | Choice | Repeat
+
+Conventions
+-----------
+* ``Literal.data`` is a byte string holding UTF-8 text (``b""`` is the empty string). Raw bytes
+  that are not UTF-8 cannot be written in the EBNF dialect, so the IR refuses them too; that keeps
+  ``Grammar.from_ebnf(str(g)) == g`` true for every grammar.
+* ``CharClass`` ranges are inclusive ranges of Unicode code points, kept sorted and merged.
+  ``negated=True`` means "any code point not in the ranges". A class matches exactly one code
+  point, i.e. one well-formed UTF-8 sequence; surrogates (U+D800–U+DFFF) never match because they
+  have no UTF-8 encoding.
+* ``Repeat(expr, min, max)`` with ``max=None`` is unbounded: ``*`` is ``{0,}``, ``+`` is ``{1,}``,
+  ``?`` is ``{0,1}``.
+* ``Rule.lookahead`` is an optional lookahead assertion (``rule ::= body (= lookahead)``): a hint
+  that whatever follows a completed instance of the rule starts with a string of the lookahead's
+  language. As in XGrammar, it never changes which strings the grammar accepts; the compiler may
+  use it to prune token masks.
+
+Every ``Rule`` stores its body and lookahead in a normal form (see ``normalize``), so two grammars
+that print the same are equal, and printing then parsing gives back an equal grammar.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional, Tuple, Union
+
+MAX_CODE_POINT = 0x10FFFF
+SURROGATES = (0xD800, 0xDFFF)
+
+
+class GrammarError(RuntimeError, ValueError):
+    """A grammar (or regex, or schema) that cannot be accepted.
+
+    ``line`` and ``column`` (1-based) locate the problem in the source text when there is one.
+    Subclasses RuntimeError because XGrammar raises RuntimeError for the same errors.
+    """
+
+    def __init__(self, message: str, line: Optional[int] = None, column: Optional[int] = None):
+        self.message = message
+        self.line = line
+        self.column = column
+        if line is not None:
+            text = f"line {line}, column {column}: {message}"
+        else:
+            text = message
+        super().__init__(text)
+
+
+# ----------------------------------------------------------------------------- expressions
+
+
+@dataclass(frozen=True, slots=True)
+class Literal:
+    """A byte string (UTF-8 text); ``Literal(b"")`` is the empty string (epsilon)."""
+
+    data: bytes
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, bytes):
+            raise TypeError(f"Literal.data must be bytes, got {type(self.data).__name__}")
+        try:
+            self.data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GrammarError(f"literal {self.data!r} is not valid UTF-8") from exc
+
+    @staticmethod
+    def of(text: str) -> "Literal":
+        return Literal(text.encode("utf-8"))
+
+
+@dataclass(frozen=True, slots=True)
+class CharClass:
+    """One code point from ``ranges`` (or, when ``negated``, one code point not in them)."""
+
+    ranges: Tuple[Tuple[int, int], ...]
+    negated: bool = False
+
+    def __post_init__(self) -> None:
+        merged = _merge_ranges(self.ranges)
+        if not merged and not self.negated:
+            raise GrammarError("empty character class matches nothing")
+        object.__setattr__(self, "ranges", merged)
+
+    def effective_ranges(self) -> Tuple[Tuple[int, int], ...]:
+        """The code points this class matches, as sorted disjoint ranges, surrogates removed."""
+        ranges = _complement(self.ranges) if self.negated else self.ranges
+        return _subtract(ranges, SURROGATES)
+
+    def matches(self, code_point: int) -> bool:
+        return any(lo <= code_point <= hi for lo, hi in self.effective_ranges())
+
+
+@dataclass(frozen=True, slots=True)
+class RuleRef:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Sequence:
+    items: Tuple["Expr", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    alternatives: Tuple["Expr", ...]
+
+    def __post_init__(self) -> None:
+        if not self.alternatives:
+            raise GrammarError("a choice needs at least one alternative")
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """``expr`` repeated between ``min`` and ``max`` times (``max=None``: no upper bound)."""
+
+    expr: "Expr"
+    min: int = 0
+    max: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.min < 0:
+            raise GrammarError(f"repetition lower bound {self.min} is negative")
+        if self.max is not None and self.max < self.min:
+            raise GrammarError(
+                f"repetition upper bound {self.max} is smaller than lower bound {self.min}")
+
+
+Expr = Union[Literal, CharClass, RuleRef, Sequence, Choice, Repeat]
+EMPTY = Literal(b"")
+
+
+# ----------------------------------------------------------------------------- rules, grammar
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    body: Expr
+    lookahead: Optional[Expr] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise GrammarError(f"invalid rule name {self.name!r}")
+        object.__setattr__(self, "body", normalize(self.body))
+        if self.lookahead is not None:
+            object.__setattr__(self, "lookahead", normalize(self.lookahead))
+
+
+@dataclass(frozen=True, slots=True)
+class Grammar:
+    """A set of rules and the name of the root rule. Every referenced rule is defined."""
+
+    rules: Tuple[Rule, ...]
+    root_rule_name: str = "root"
+
+    def __post_init__(self) -> None:
+        rules = tuple(self.rules)
+        object.__setattr__(self, "rules", rules)
+        names = set()
+        for rule in rules:
+            if rule.name in names:
+                raise GrammarError(f"rule {rule.name!r} is defined more than once")
+            names.add(rule.name)
+        if self.root_rule_name not in names:
+            raise GrammarError(f"the root rule {self.root_rule_name!r} is not defined")
+        for rule in rules:
+            for expr in (rule.body, rule.lookahead):
+                for name in iter_rule_refs(expr):
+                    if name not in names:
+                        raise GrammarError(
+                            f"rule {rule.name!r} references undefined rule {name!r}")
+
+    # -- access
+    @property
+    def root(self) -> Rule:
+        return self.rule(self.root_rule_name)
+
+    def rule(self, name: str) -> Rule:
+        for rule in self.rules:
+            if rule.name == name:
+                return rule
+        raise KeyError(name)
+
+    @property
+    def rule_names(self) -> Tuple[str, ...]:
+        return tuple(rule.name for rule in self.rules)
+
+    def __str__(self) -> str:
+        from gxg.grammar.printer import grammar_to_ebnf
+        return grammar_to_ebnf(self)
+
+    # -- front-ends (each lives in its own module; imported lazily so the IR stays a leaf)
+    @staticmethod
+    def from_ebnf(ebnf_string: str, *, root_rule_name: str = "root") -> "Grammar":
+        from gxg.grammar.ebnf import parse_ebnf
+        return parse_ebnf(ebnf_string, root_rule_name=root_rule_name)
+
+    @staticmethod
+    def from_regex(regex_string: str) -> "Grammar":
+        from gxg.grammar.regex import regex_to_grammar
+        return regex_to_grammar(regex_string)
+
+    @staticmethod
+    def builtin_json_grammar() -> "Grammar":
+        from gxg.grammar.builtin import builtin_json_grammar
+        return builtin_json_grammar()
+
+    @staticmethod
+    def concat(*grammars: "Grammar") -> "Grammar":
+        from gxg.grammar.combine import concat
+        return concat(*grammars)
+
+    @staticmethod
+    def union(*grammars: "Grammar") -> "Grammar":
+        from gxg.grammar.combine import union
+        return union(*grammars)
+
+
+# ----------------------------------------------------------------------------- normal form
+
+
+def normalize(expr: Expr) -> Expr:
+    """The normal form of ``expr``; same language, and what printing then parsing yields.
+
+    Sequences are flattened, adjacent literals merged and empty literals dropped (an empty
+    sequence is ``Literal(b"")``); choices are flattened (order and duplicates kept); single-item
+    sequences and choices are their item; ``e{1,1}`` is ``e``; ``e{0,0}`` and repeats of the
+    empty string are the empty string. Iterative (post-order with an explicit stack), so deeply
+    nested expressions do not exhaust Python's recursion limit.
+    """
+    done: dict = {}  # id(node) -> normal form of node
+    stack = [(expr, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if isinstance(node, (Literal, CharClass, RuleRef)):
+            done[id(node)] = node
+            continue
+        if not isinstance(node, (Sequence, Choice, Repeat)):
+            raise TypeError(f"not a grammar expression: {node!r}")
+        kids = children(node)
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in reversed(kids))
+            continue
+        normal = [done[id(child)] for child in kids]
+        if isinstance(node, Sequence):
+            done[id(node)] = _normal_sequence(normal)
+        elif isinstance(node, Choice):
+            flat: list = []
+            for alternative in normal:
+                if isinstance(alternative, Choice):
+                    flat.extend(alternative.alternatives)
+                else:
+                    flat.append(alternative)
+            done[id(node)] = flat[0] if len(flat) == 1 else Choice(tuple(flat))
+        else:
+            inner = normal[0]
+            if node.max == 0 or inner == EMPTY:
+                done[id(node)] = EMPTY
+            elif node.min == 1 and node.max == 1:
+                done[id(node)] = inner
+            else:
+                done[id(node)] = Repeat(inner, node.min, node.max)
+    return done[id(expr)]
+
+
+def children(node: Expr) -> Tuple[Expr, ...]:
+    """The direct subexpressions of ``node`` (``()`` for a leaf)."""
+    if isinstance(node, Sequence):
+        return node.items
+    if isinstance(node, Choice):
+        return node.alternatives
+    if isinstance(node, Repeat):
+        return (node.expr,)
+    return ()
+
+
+def _normal_sequence(items) -> Expr:
+    out: list = []
+    pending: list = []  # adjacent literal bytes, joined once
+
+    def flush() -> None:
+        if pending:
+            out.append(Literal(b"".join(pending)))
+            pending.clear()
+
+    for item in items:
+        for part in (item.items if isinstance(item, Sequence) else (item,)):
+            if isinstance(part, Literal):
+                if part.data:
+                    pending.append(part.data)
+                continue
+            flush()
+            out.append(part)
+    flush()
+    if not out:
+        return EMPTY
+    return out[0] if len(out) == 1 else Sequence(tuple(out))
+
+
+def iter_subexprs(expr: Optional[Expr]) -> Iterator[Expr]:
+    """``expr`` and every expression inside it, pre-order."""
+    if expr is None:
+        return
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, Sequence):
+            stack.extend(reversed(node.items))
+        elif isinstance(node, Choice):
+            stack.extend(reversed(node.alternatives))
+        elif isinstance(node, Repeat):
+            stack.append(node.expr)
+
+
+def iter_rule_refs(expr: Optional[Expr]) -> Iterator[str]:
+    """Names of the rules referenced in ``expr``, in order of appearance (with repeats)."""
+    for node in iter_subexprs(expr):
+        if isinstance(node, RuleRef):
+            yield node.name
+
+
+# ----------------------------------------------------------------------------- code-point ranges
+
+
+def _merge_ranges(ranges) -> Tuple[Tuple[int, int], ...]:
+    checked = []
+    for pair in ranges:
+        lo, hi = pair
+        lo, hi = int(lo), int(hi)
+        if not 0 <= lo <= MAX_CODE_POINT or not 0 <= hi <= MAX_CODE_POINT:
+            raise GrammarError(f"code point range {lo:#x}-{hi:#x} is outside U+0000..U+10FFFF")
+        if lo > hi:
+            raise GrammarError(
+                f"character range lower bound U+{lo:04X} is larger than upper bound U+{hi:04X}")
+        checked.append((lo, hi))
+    checked.sort()
+    merged: list = []
+    for lo, hi in checked:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], hi))
+        else:
+            merged.append((lo, hi))
+    return tuple(merged)
+
+
+def _complement(ranges: Tuple[Tuple[int, int], ...]) -> Tuple[Tuple[int, int], ...]:
+    out = []
+    next_lo = 0
+    for lo, hi in ranges:
+        if lo > next_lo:
+            out.append((next_lo, lo - 1))
+        next_lo = hi + 1
+    if next_lo <= MAX_CODE_POINT:
+        out.append((next_lo, MAX_CODE_POINT))
+    return tuple(out)
+
+
+def _subtract(ranges, hole: Tuple[int, int]) -> Tuple[Tuple[int, int], ...]:
+    out = []
+    for lo, hi in ranges:
+        if hi < hole[0] or lo > hole[1]:
+            out.append((lo, hi))
+            continue
+        if lo < hole[0]:
+            out.append((lo, hole[0] - 1))
+        if hi > hole[1]:
+            out.append((hole[1] + 1, hi))
+    return tuple(out)

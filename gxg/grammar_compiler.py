@@ -1,0 +1,224 @@
+"""Host API of compilation: ``GrammarCompiler`` and ``CompiledGrammar`` (XGrammar's names).
+
+In:  a ``TokenizerInfo`` and grammars (EBNF text, ``Grammar`` IR, regex, the builtin JSON
+     grammar).
+Out: ``CompiledGrammar``: the grammar, the tokenizer info, the byte-level automaton and the
+     adaptive token-mask cache (plus the kernel layout derived from it), serialisable to bytes.
+
+``GrammarCompiler`` keeps a thread-safe LRU cache of compiled grammars keyed by what was asked
+for (kind, text, options), bounded by ``cache_limit_bytes`` (-1: unbounded).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from gxg.compiler.automaton import Automaton, build_automaton
+from gxg.compiler.mask_cache import (
+    KernelMaskLayout, MaskCache, NodeTokenMask, StoreType, build_mask_cache, kernel_layout,
+)
+from gxg.compiler.passes import prepare
+from gxg.compiler.vocab_walk import TokenTrie
+from gxg.grammar.ir import Grammar
+from gxg.tokenizer import TokenizerInfo
+
+SERIALIZATION_VERSION = "gxg-1"
+
+
+class DeserializeFormatError(RuntimeError):
+    """Serialized bytes that are not a compiled grammar for this tokenizer."""
+
+
+@dataclass(eq=False)
+class CompiledGrammar:
+    grammar: Grammar
+    tokenizer_info: TokenizerInfo
+    automaton: Automaton
+    mask_cache: MaskCache
+    _layout: Optional[KernelMaskLayout] = field(default=None, repr=False)
+
+    @property
+    def kernel_layout(self) -> KernelMaskLayout:
+        """Dense accept rows + uncertain CSR (derived from the cache on first use; cached)."""
+        if self._layout is None:
+            self._layout = kernel_layout(self.mask_cache, self.automaton.num_nodes,
+                                         self.tokenizer_info.sorted_token_ids,
+                                         self.tokenizer_info.vocab_size)
+        return self._layout
+
+    @property
+    def memory_size_bytes(self) -> int:
+        """Bytes of the automaton tables and the adaptive mask cache (host storage)."""
+        tables = sum(value.nbytes for value in self.automaton.__dict__.values()
+                     if isinstance(value, np.ndarray))
+        return int(tables + self.mask_cache.memory_size_bytes)
+
+    def node_statistics(self) -> dict:
+        """Uncertain tokens per cached node (count, max, mean) and storage kinds."""
+        counts = self.mask_cache.uncertain_counts()
+        kinds = [entry.store_type.name for entry in self.mask_cache.entries]
+        return {
+            "nodes": int(len(counts)),
+            "uncertain_max": int(counts.max()) if len(counts) else 0,
+            "uncertain_mean": float(counts.mean()) if len(counts) else 0.0,
+            "uncertain_total": int(counts.sum()),
+            "store_types": {kind: kinds.count(kind) for kind in sorted(set(kinds))},
+        }
+
+    # ------------------------------------------------------------------ serialization
+    def serialize(self) -> bytes:
+        arrays = {f"automaton.{name}": value for name, value in self.automaton.__dict__.items()
+                  if isinstance(value, np.ndarray)}
+        entries = self.mask_cache.entries
+        arrays["cache.nodes"] = self.mask_cache.nodes
+        arrays["cache.store"] = np.array([e.store_type for e in entries], dtype=np.int8)
+        for part in ("indices", "bitset", "uncertain"):
+            values = [getattr(e, part) for e in entries]
+            arrays[f"cache.{part}.offsets"] = np.cumsum([0] + [len(v) for v in values])
+            arrays[f"cache.{part}"] = (np.concatenate(values) if values else
+                                       np.zeros(0, np.uint32 if part == "bitset" else np.int32))
+        header = {
+            "version": SERIALIZATION_VERSION,
+            "grammar": str(self.grammar),
+            "root_rule_name": self.grammar.root_rule_name,
+            "rule_names": list(self.automaton.rule_names),
+            "root_rule": self.automaton.root_rule,
+            "num_sorted": self.mask_cache.num_sorted,
+            "tokenizer": _tokenizer_fingerprint(self.tokenizer_info),
+        }
+        buffer = io.BytesIO()
+        np.savez(buffer, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+                 **arrays)
+        return buffer.getvalue()
+
+    @staticmethod
+    def deserialize(data: bytes, tokenizer_info: TokenizerInfo) -> "CompiledGrammar":
+        try:
+            archive = np.load(io.BytesIO(data), allow_pickle=False)
+            header = json.loads(bytes(archive["header"]).decode())
+        except Exception as exc:  # any parse failure is a format error for the caller
+            raise DeserializeFormatError(f"not a serialized gxg CompiledGrammar: {exc}") from exc
+        if header.get("version") != SERIALIZATION_VERSION:
+            raise DeserializeFormatError(
+                f"serialization version {header.get('version')!r}, expected "
+                f"{SERIALIZATION_VERSION!r}")
+        if header["tokenizer"] != _tokenizer_fingerprint(tokenizer_info):
+            raise DeserializeFormatError(
+                "the compiled grammar was built for a different tokenizer "
+                f"({header['tokenizer']} vs {_tokenizer_fingerprint(tokenizer_info)})")
+        grammar = Grammar.from_ebnf(header["grammar"], root_rule_name=header["root_rule_name"])
+        fields = {name[len("automaton."):]: archive[name] for name in archive.files
+                  if name.startswith("automaton.")}
+        automaton = Automaton(rule_names=tuple(header["rule_names"]),
+                              root_rule=int(header["root_rule"]), **fields)
+        entries = []
+        parts = {part: (archive[f"cache.{part}"], archive[f"cache.{part}.offsets"])
+                 for part in ("indices", "bitset", "uncertain")}
+        for i, store in enumerate(archive["cache.store"].tolist()):
+            pieces = {part: values[offsets[i]: offsets[i + 1]]
+                      for part, (values, offsets) in parts.items()}
+            entries.append(NodeTokenMask(StoreType(store), pieces["indices"], pieces["bitset"],
+                                         pieces["uncertain"]))
+        cache = MaskCache(int(header["num_sorted"]), archive["cache.nodes"], tuple(entries))
+        return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
+
+
+def _tokenizer_fingerprint(info: TokenizerInfo) -> dict:
+    digest = hashlib.sha256()
+    for token in info.decoded_vocab:
+        digest.update(len(token).to_bytes(4, "little"))
+        digest.update(token)
+    return {"vocab_type": int(info.vocab_type), "vocab_size": info.vocab_size,
+            "stop_token_ids": sorted(info.stop_token_ids),
+            "decoded_vocab_sha256": digest.hexdigest()[:16]}
+
+
+def token_trie(tokenizer_info: TokenizerInfo) -> TokenTrie:
+    return TokenTrie(tokenizer_info.token_bytes, tokenizer_info.token_offsets,
+                     tokenizer_info.common_prefix_len)
+
+
+def compile_grammar_ir(grammar: Grammar, tokenizer_info: TokenizerInfo,
+                       trie: Optional[TokenTrie] = None) -> CompiledGrammar:
+    """Grammar IR -> passes -> automaton -> mask cache (``trie``: the vocabulary's token trie,
+    built here when not given)."""
+    automaton = build_automaton(prepare(grammar))
+    cache = build_mask_cache(automaton, trie if trie is not None else token_trie(tokenizer_info))
+    return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
+
+
+class GrammarCompiler:
+    """Compiles grammars against one tokenizer; thread-safe LRU cache of results.
+
+    ``max_threads`` is accepted for XGrammar compatibility; compilation currently runs on the
+    calling thread (its per-token work is vectorised numpy)."""
+
+    def __init__(self, tokenizer_info: TokenizerInfo, *, max_threads: int = 8,
+                 cache_enabled: bool = True, cache_limit_bytes: int = -1):
+        if not isinstance(tokenizer_info, TokenizerInfo):
+            raise ValueError("GrammarCompiler needs a gxg.TokenizerInfo, got "
+                             f"{type(tokenizer_info).__name__}")
+        self.tokenizer_info = tokenizer_info
+        self.max_threads = max_threads
+        self.cache_enabled = cache_enabled
+        self.cache_limit_bytes = cache_limit_bytes
+        self._cache: "OrderedDict[tuple, CompiledGrammar]" = OrderedDict()
+        self._lock = threading.Lock()
+        self._trie: Optional[TokenTrie] = None  # the vocabulary's token trie, built once
+
+    # ------------------------------------------------------------------ compile_*
+    def compile_grammar(self, grammar: Union[str, Grammar], *, root_rule_name: str = "root"
+                        ) -> CompiledGrammar:
+        if isinstance(grammar, Grammar):
+            key = ("grammar", str(grammar), grammar.root_rule_name)
+            return self._compiled(key, lambda: grammar)
+        if not isinstance(grammar, str):
+            raise TypeError(f"compile_grammar takes EBNF text or a Grammar, got "
+                            f"{type(grammar).__name__}")
+        key = ("ebnf", grammar, root_rule_name)
+        return self._compiled(key, lambda: Grammar.from_ebnf(grammar,
+                                                             root_rule_name=root_rule_name))
+
+    def compile_builtin_json_grammar(self) -> CompiledGrammar:
+        return self._compiled(("builtin_json",), Grammar.builtin_json_grammar)
+
+    def compile_regex(self, regex: str) -> CompiledGrammar:
+        return self._compiled(("regex", regex), lambda: Grammar.from_regex(regex))
+
+    # ------------------------------------------------------------------ cache
+    def _compiled(self, key: tuple, make_grammar) -> CompiledGrammar:
+        if self.cache_enabled:
+            with self._lock:
+                hit = self._cache.get(key)
+                if hit is not None:
+                    self._cache.move_to_end(key)
+                    return hit
+        if self._trie is None:
+            self._trie = token_trie(self.tokenizer_info)
+        compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, self._trie)
+        if self.cache_enabled:
+            with self._lock:
+                self._cache[key] = compiled
+                self._cache.move_to_end(key)
+                self._evict()
+        return compiled
+
+    def _evict(self) -> None:
+        if self.cache_limit_bytes < 0:
+            return
+        while self._cache and self.get_cache_size_bytes() > self.cache_limit_bytes:
+            self._cache.popitem(last=False)
+
+    def get_cache_size_bytes(self) -> int:
+        return sum(c.memory_size_bytes for c in self._cache.values())
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()

@@ -1,0 +1,218 @@
+"""``GrammarMatcher`` (CPU, one request) and the bitmask helpers, with XGrammar's names.
+
+In:  a ``CompiledGrammar``.
+Out: a matcher whose state is one slot of the shared ``RuntimeState`` layout, advanced by the
+     CPU reference ops (``gxg.ops.reference``) — the same ops the GPU batch runs as kernels.
+
+Semantics follow XGrammar 0.2.8 (see the project's reference notes): a rejected token or
+string changes nothing; every accepted token, string and stop token is one rollback step; a
+stop token is accepted iff the root can complete; after it nothing is accepted and filling the
+mask raises. Differences: rollback depth is bounded by ``max_rollback_tokens`` (default 64;
+XGrammar keeps unlimited history), and a runtime limit that is hit (too many parallel stacks,
+a full stack pool) raises ``GrammarRuntimeError`` instead of growing without bound.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from gxg.grammar_compiler import CompiledGrammar
+from gxg.ops import reference
+from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
+from gxg.runtime import RuntimeLimits, RuntimeState
+
+DEFAULT_ROLLBACK_TOKENS = 64
+bitmask_dtype = torch.int32
+
+
+class GrammarRuntimeError(RuntimeError):
+    """A runtime limit of the matcher was hit (the message names it)."""
+
+
+def get_bitmask_shape(batch_size: int, vocab_size: int):
+    return (batch_size, (vocab_size + 31) // 32)
+
+
+def allocate_token_bitmask(batch_size: int, vocab_size: int) -> torch.Tensor:
+    """An int32 CPU bitmask with every token allowed (-1 words)."""
+    return torch.full(get_bitmask_shape(batch_size, vocab_size), -1, dtype=bitmask_dtype)
+
+
+def reset_token_bitmask(bitmask: torch.Tensor) -> None:
+    bitmask.fill_(-1)
+
+
+def apply_token_bitmask_inplace(logits: torch.Tensor, bitmask: torch.Tensor, *,
+                                vocab_size: Optional[int] = None,
+                                indices: Optional[Sequence[int]] = None) -> None:
+    """Set logits of disallowed tokens to -inf (CPU tensors; the GPU op arrives with the
+    runtime issue)."""
+    apply_token_bitmask_inplace_cpu(logits, bitmask, vocab_size=vocab_size, indices=indices)
+
+
+class GrammarMatcher:
+    def __init__(self, compiled_grammar: CompiledGrammar, *,
+                 override_stop_tokens: Optional[Union[int, List[int]]] = None,
+                 terminate_without_stop_token: bool = False,
+                 max_rollback_tokens: int = -1,
+                 limits: Optional[RuntimeLimits] = None):
+        if not isinstance(compiled_grammar, CompiledGrammar):
+            raise TypeError("GrammarMatcher needs a CompiledGrammar")
+        info = compiled_grammar.tokenizer_info
+        if override_stop_tokens is None:
+            stop_ids = list(info.stop_token_ids)
+        else:
+            stop_ids = ([override_stop_tokens] if isinstance(override_stop_tokens, int)
+                        else list(override_stop_tokens))
+            if not stop_ids:
+                raise ValueError("override_stop_tokens must not be empty")
+            bad = [t for t in stop_ids if not 0 <= t < info.vocab_size]
+            if bad:
+                raise ValueError(f"stop token ids out of range [0, {info.vocab_size}): {bad}")
+        history = max_rollback_tokens if max_rollback_tokens > 0 else DEFAULT_ROLLBACK_TOKENS
+        limits = limits or RuntimeLimits()
+        if limits.history != history:
+            limits = RuntimeLimits(limits.max_stacks, limits.pool_entries, history,
+                                   limits.max_closure)
+        self._compiled = compiled_grammar
+        self._stop_ids = stop_ids
+        self._terminate_without_stop = terminate_without_stop_token
+        self._tables = reference.HostTables(compiled_grammar.automaton,
+                                            compiled_grammar.kernel_layout, info, stop_ids)
+        self._state = RuntimeState.allocate(1, limits)
+        self.reset()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def stop_token_ids(self) -> List[int]:
+        return list(self._stop_ids)
+
+    @property
+    def max_rollback_tokens(self) -> int:
+        return self._state.limits.history
+
+    @property
+    def compiled_grammar(self) -> CompiledGrammar:
+        return self._compiled
+
+    @property
+    def state(self) -> RuntimeState:
+        """The one-slot runtime state (read it, don't write it)."""
+        return self._state
+
+    # ------------------------------------------------------------------ steps
+    def accept_token(self, token_id: int, *, debug_print: bool = False) -> bool:
+        if self._state.terminated[0]:
+            warnings.warn("the matcher has terminated (a stop token was accepted); "
+                          "accept_token ignored")
+            return False
+        token_id = int(token_id)
+        if self._terminate_without_stop and 0 <= token_id < self._tables.vocab_size \
+                and self._tables.is_stop[token_id]:
+            return False
+        accepted = reference.accept_token(self._state, 0, self._tables, token_id)
+        self._raise_on_error()
+        return accepted
+
+    def accept_string(self, input_str: Union[str, bytes], *, debug_print: bool = False) -> bool:
+        data = input_str.encode("utf-8") if isinstance(input_str, str) else bytes(input_str)
+        if self._state.terminated[0]:
+            return False
+        accepted = reference.accept_bytes(self._state, 0, self._tables, data)
+        self._raise_on_error()
+        return accepted
+
+    def _raise_on_error(self) -> None:
+        code = int(self._state.error[0])
+        if code:
+            message = self._state.limits.message(code)
+            self._state.error[0] = 0  # the step was not taken; the matcher stays usable
+            raise GrammarRuntimeError(message)
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0, *,
+                                debug_print: bool = False) -> bool:
+        if self._state.terminated[0]:
+            raise RuntimeError("the matcher has terminated (a stop token was accepted); "
+                               "roll back or reset before filling a mask")
+        words = (self._tables.vocab_size + 31) // 32
+        if bitmask.dtype != torch.int32 or bitmask.device.type != "cpu":
+            raise ValueError(f"bitmask must be an int32 CPU tensor, got {bitmask.dtype} on "
+                             f"{bitmask.device}")
+        if bitmask.shape[-1] != words or bitmask.dim() not in (1, 2):
+            raise ValueError(f"bitmask must have shape (batch, {words}) or ({words},), got "
+                             f"{tuple(bitmask.shape)}")
+        if bitmask.dim() == 1:
+            if index != 0:
+                raise IndexError("a 1-D bitmask has only index 0")
+            target = bitmask
+        else:
+            if not 0 <= index < bitmask.shape[0]:
+                raise IndexError(f"index {index} out of range for batch {bitmask.shape[0]}")
+            target = bitmask[index]
+        row = np.zeros(words, dtype=np.int32)
+        need_apply = reference.fill_next_token_bitmask(self._state, 0, self._tables, row)
+        target.copy_(torch.from_numpy(row))
+        return need_apply
+
+    def is_completed(self) -> bool:
+        """The input so far is a complete sentence of the root rule."""
+        return bool(self._state.can_end[0]) or bool(self._state.terminated[0])
+
+    def is_terminated(self) -> bool:
+        if self._terminate_without_stop:
+            return self.is_completed()
+        return bool(self._state.terminated[0])
+
+    def reset(self) -> None:
+        reference.reset(self._state, 0, self._tables)
+        self._raise_on_error()
+
+    def rollback(self, num_tokens: int = 1) -> None:
+        if not reference.rollback(self._state, 0, int(num_tokens)):
+            raise RuntimeError(
+                f"cannot roll back {num_tokens} tokens: {int(self._state.hist_len[0])} steps "
+                f"are in the history (at most max_rollback_tokens="
+                f"{self._state.limits.history} are kept)")
+
+    def fork(self) -> "GrammarMatcher":
+        twin = object.__new__(GrammarMatcher)
+        twin.__dict__.update(self.__dict__)
+        twin._state = RuntimeState.allocate(1, self._state.limits)
+        self._state.copy_slot(0, twin._state, 0)
+        return twin
+
+    def find_jump_forward_string(self) -> str:
+        """The longest string every continuation must start with (state unchanged)."""
+        if self._state.terminated[0]:
+            raise RuntimeError("the matcher has terminated (a stop token was accepted)")
+        probe = self.fork()
+        forced = bytearray()
+        tables = self._tables
+        while not probe._state.can_end[0]:
+            candidates = _next_bytes(probe._state, tables)
+            if len(candidates) != 1:
+                break
+            byte = candidates[0]
+            if not reference.accept_bytes(probe._state, 0, tables, bytes([byte])):
+                break
+            forced.append(byte)
+        return _longest_utf8_prefix(bytes(forced))
+
+
+def _next_bytes(state: RuntimeState, tables) -> List[int]:
+    """Bytes that some live top can scan next."""
+    nodes = state.pool_node[0][state.tops[0, : state.num_tops[0]]]
+    classes = np.nonzero((tables.automaton.next_node[nodes] >= 0).any(axis=0))[0]
+    return np.nonzero(np.isin(tables.automaton.byte_class, classes))[0].tolist()
+
+
+def _longest_utf8_prefix(data: bytes) -> str:
+    for cut in range(len(data), max(len(data) - 4, -1), -1):
+        try:
+            return data[:cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", errors="ignore")

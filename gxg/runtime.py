@@ -1,0 +1,127 @@
+"""Runtime state of a batch of grammar matchers: one layout for the CPU ops and the GPU kernels.
+
+In:  a batch size and ``RuntimeLimits``.
+Out: ``RuntimeState``: plain arrays (numpy on the host; the GPU runtime holds the same fields as
+     torch tensors), per slot b:
+
+     pool_node    int32 [B, P]     persistent stack pool: entry = (node, parent entry or -1);
+     pool_parent  int32 [B, P]     entries are appended, never changed; a stack is the path from
+                                   an entry to the bottom, so stacks that share a tail share
+                                   entries (paper §3.3). A parent's index is always smaller
+                                   than its child's.
+     pool_size    int32 [B]        bump pointer
+     tops         int32 [B, K]     live stack tops (entry indices), deduplicated by
+     num_tops     int32 [B]        (node, parent); every top's node can scan a byte
+     can_end      int8  [B]        the root rule can complete now (a stop token is allowed)
+     terminated   int8  [B]        a stop token was accepted
+     error        int32 [B]        ``ErrorCode``; kept until reset
+     hist_*       [B, H, ...]      ring of the H states before the last H steps (tops, count,
+                                   pool size, can_end, terminated); rollback of n ≤ hist_len
+     hist_len     int32 [B]        steps in the ring                     tokens is a restore
+     hist_head    int32 [B]        ring slot the next step writes
+
+Limits are parameters (``RuntimeLimits``); exceeding one is never silent: the op that hits it
+leaves the slot's state as it was, sets ``error`` and reports failure.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class ErrorCode(enum.IntEnum):
+    NONE = 0
+    TOO_MANY_STACKS = 1   # more than K live stacks (an ambiguous grammar): raise max_stacks
+    POOL_FULL = 2         # the stack pool is full even after compaction (very deep nesting or
+                          # very many parallel stacks): raise pool_entries
+    CLOSURE_TOO_LARGE = 3 # one closure visited more than ``max_closure`` stack tops
+
+
+ERROR_MESSAGES = {
+    ErrorCode.TOO_MANY_STACKS: "more parallel stacks than max_stacks={max_stacks} "
+                               "(the grammar is very ambiguous here)",
+    ErrorCode.POOL_FULL: "the stack pool ({pool_entries} entries) is full even after compaction "
+                         "(nesting too deep or too many parallel stacks)",
+    ErrorCode.CLOSURE_TOO_LARGE: "a closure visited more than max_closure={max_closure} stacks",
+}
+
+
+@dataclass(frozen=True)
+class RuntimeLimits:
+    max_stacks: int = 64          # K: live stack tops per slot
+    pool_entries: int = 16384     # P: persistent stack entries per slot (bounds nesting depth)
+    history: int = 64             # H: steps that can be rolled back
+    max_closure: int = 4096       # (node, parent) pairs one closure may visit
+
+    def __post_init__(self):
+        for name in ("max_stacks", "pool_entries", "history", "max_closure"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RuntimeLimits.{name} must be >= 1")
+
+    def message(self, code: int) -> str:
+        return ERROR_MESSAGES[ErrorCode(code)].format(**self.__dict__)
+
+
+@dataclass(eq=False)
+class RuntimeState:
+    limits: RuntimeLimits
+    pool_node: np.ndarray
+    pool_parent: np.ndarray
+    pool_size: np.ndarray
+    tops: np.ndarray
+    num_tops: np.ndarray
+    can_end: np.ndarray
+    terminated: np.ndarray
+    error: np.ndarray
+    hist_tops: np.ndarray
+    hist_num_tops: np.ndarray
+    hist_pool_size: np.ndarray
+    hist_can_end: np.ndarray
+    hist_terminated: np.ndarray
+    hist_len: np.ndarray
+    hist_head: np.ndarray
+
+    @staticmethod
+    def allocate(batch: int, limits: RuntimeLimits = RuntimeLimits()) -> "RuntimeState":
+        b, p, k, h = batch, limits.pool_entries, limits.max_stacks, limits.history
+        return RuntimeState(
+            limits=limits,
+            pool_node=np.zeros((b, p), np.int32),
+            pool_parent=np.full((b, p), -1, np.int32),
+            pool_size=np.zeros(b, np.int32),
+            tops=np.zeros((b, k), np.int32),
+            num_tops=np.zeros(b, np.int32),
+            can_end=np.zeros(b, np.int8),
+            terminated=np.zeros(b, np.int8),
+            error=np.zeros(b, np.int32),
+            hist_tops=np.zeros((b, h, k), np.int32),
+            hist_num_tops=np.zeros((b, h), np.int32),
+            hist_pool_size=np.zeros((b, h), np.int32),
+            hist_can_end=np.zeros((b, h), np.int8),
+            hist_terminated=np.zeros((b, h), np.int8),
+            hist_len=np.zeros(b, np.int32),
+            hist_head=np.zeros(b, np.int32),
+        )
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.pool_size.shape[0])
+
+    def copy_slot(self, src: int, dst: "RuntimeState", dst_slot: int) -> None:
+        """Copy slot ``src`` of this state into ``dst_slot`` of ``dst`` (same limits)."""
+        for name, value in self.__dict__.items():
+            if isinstance(value, np.ndarray):
+                getattr(dst, name)[dst_slot] = value[src]
+
+    def stacks(self, slot: int):
+        """The live stacks of a slot as node tuples (bottom first), in top order."""
+        out = []
+        for entry in self.tops[slot, : self.num_tops[slot]].tolist():
+            nodes = []
+            while entry >= 0:
+                nodes.append(int(self.pool_node[slot, entry]))
+                entry = int(self.pool_parent[slot, entry])
+            out.append(tuple(reversed(nodes)))
+        return out

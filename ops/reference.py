@@ -1,0 +1,356 @@
+"""CPU reference implementation of the per-step ops on the shared ``RuntimeState`` layout.
+
+In:  a ``RuntimeState`` (``gxg.runtime``), one slot index, and a grammar's ``HostTables``
+     (automaton + kernel mask layout + vocabulary, as the device arena will hold them).
+Out: the ops, each for one slot, mutating the state in place:
+
+     reset(state, slot, tables)                  initial closure of the root
+     accept_token(state, slot, tables, token)    -> bool; a rejected token changes nothing
+     accept_bytes(state, slot, tables, data)     -> bool; one history step for the whole string
+     rollback(state, slot, num_tokens)           -> bool; False if num_tokens > history
+     fill_next_token_bitmask(state, slot, tables, row) -> need_apply
+
+These are the documented reference of the GPU kernels: the same moves (``gxg.compiler.
+automaton``) in the same order. A byte step scans every top, then closes the new stacks with a
+LIFO work list in seed order; a (node, parent) pair is visited once per closure; a stack whose
+top node can scan becomes a top (pool entry reused when the stack already has one, else
+appended); pushes append the return frame (unless it is a pure return: tail call); a pop at the
+bottom sets ``can_end``. After the last byte, the entries appended during the step that no new
+top reaches are dropped (window compaction), so the pool grows only by what stays live. Before
+a step, a pool more than 3/4 full is compacted to what the tops and the history reach.
+
+The mask is a function of the set of live stacks: accept rows of the tops' nodes OR'ed, plus
+their uncertain tokens walked from the full stack, plus the stop tokens when the root can end.
+The host walks uncertain tokens with the vectorised tuple walker; the GPU kernels walk them on
+the pool; both must give the same bits.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from gxg.compiler.stack_walk import StackWalker
+from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
+from gxg.runtime import ErrorCode, RuntimeState
+
+MAX_WALK_STATES = 50_000  # the uncertain-token walk cache is rebuilt past this many states
+
+
+class StepFailed(Exception):
+    def __init__(self, code: int):
+        super().__init__(int(code))
+        self.code = int(code)
+
+
+class HostTables:
+    """One compiled grammar's tables, as Python lists where the byte loop reads them."""
+
+    def __init__(self, automaton, layout, tokenizer_info, stop_token_ids):
+        a = automaton
+        self.automaton = automaton
+        self.layout = layout
+        self.next_node = a.next_node.tolist()
+        self.byte_class = a.byte_class.tolist()
+        self.is_final = a.is_final.tolist()
+        self.is_scannable = a.is_scannable.tolist()
+        self.is_pure_return = a.is_pure_return.tolist()
+        self.rule_start = a.rule_start.tolist()
+        self.refs = [a.refs(n) for n in range(a.num_nodes)]
+        self.root_start = int(a.rule_start[a.root_rule])
+        self.vocab_size = tokenizer_info.vocab_size
+        self.words = (self.vocab_size + 31) // 32
+        self.decoded_vocab = tokenizer_info.decoded_vocab
+        self.sorted_token_ids = tokenizer_info.sorted_token_ids
+        self.stop_token_ids = np.asarray(sorted(set(stop_token_ids)), dtype=np.int64)
+        self.special = np.zeros(self.vocab_size, dtype=bool)
+        self.special[np.asarray(tokenizer_info.special_token_ids, dtype=np.int64)] = True
+        self.special[self.stop_token_ids] = False
+        self.is_stop = np.zeros(self.vocab_size, dtype=bool)
+        self.is_stop[self.stop_token_ids] = True
+        self._walk_args = (tokenizer_info.token_bytes, tokenizer_info.token_offsets)
+        self._walk: Optional[VocabularyWalk] = None
+
+    def full_stack_walk(self) -> VocabularyWalk:
+        """A cached walker over full stacks (a cache: rebuilt when it grows too large)."""
+        if self._walk is None or len(self._walk.configs) > MAX_WALK_STATES:
+            self._walk = VocabularyWalk(StackWalker(self.automaton, escape_bottom=False),
+                                        *self._walk_args)
+        return self._walk
+
+
+# ----------------------------------------------------------------------------- closure
+
+
+def _close(state: RuntimeState, slot: int, t: HostTables,
+           seeds: List[Tuple[int, int, int]]) -> Tuple[List[int], bool]:
+    """Close seed stacks ``(node, parent, entry or -1)``; returns (tops, can_end)."""
+    limits = state.limits
+    pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
+    created = {}
+    seen = set()
+    tops: List[int] = []
+    can_end = False
+    work = list(reversed(seeds))
+
+    def entry_for(node: int, parent: int) -> int:
+        key = (node, parent)
+        index = created.get(key)
+        if index is None:
+            index = int(state.pool_size[slot])
+            if index >= limits.pool_entries:
+                raise StepFailed(ErrorCode.POOL_FULL)
+            pool_node[index] = node
+            pool_parent[index] = parent
+            state.pool_size[slot] = index + 1
+            created[key] = index
+        return index
+
+    while work:
+        node, parent, entry = work.pop()
+        if (node, parent) in seen:
+            continue
+        seen.add((node, parent))
+        if len(seen) > limits.max_closure:
+            raise StepFailed(ErrorCode.CLOSURE_TOO_LARGE)
+        if t.is_scannable[node]:
+            if len(tops) >= limits.max_stacks:
+                raise StepFailed(ErrorCode.TOO_MANY_STACKS)
+            tops.append(entry if entry >= 0 else entry_for(node, parent))
+        pushes = []
+        for rule, ret in t.refs[node]:
+            frame = parent if t.is_pure_return[ret] else entry_for(ret, parent)
+            pushes.append((t.rule_start[rule], frame, -1))
+        if t.is_final[node]:
+            if parent < 0:
+                can_end = True
+            else:
+                pushes.append((int(pool_node[parent]), int(pool_parent[parent]), parent))
+        work.extend(reversed(pushes))
+    return tops, can_end
+
+
+def _advance(state, slot, t: HostTables, tops: List[int], byte: int):
+    pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
+    cls = t.byte_class[byte]
+    seeds = []
+    for entry in tops:
+        target = t.next_node[pool_node[entry]][cls]
+        if target >= 0:
+            seeds.append((target, int(pool_parent[entry]), -1))
+    if not seeds:
+        return None
+    return _close(state, slot, t, seeds)
+
+
+# ----------------------------------------------------------------------------- compaction
+
+
+def _compact_window(state: RuntimeState, slot: int, base: int, tops: List[int]) -> List[int]:
+    """Drop entries appended since ``base`` that no top reaches; returns the remapped tops."""
+    size = int(state.pool_size[slot])
+    if size == base:
+        return tops
+    pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
+    live = np.zeros(size - base, dtype=bool)
+    for entry in tops:
+        while entry >= base and not live[entry - base]:
+            live[entry - base] = True
+            entry = int(pool_parent[entry])
+    new_index = base + np.cumsum(live) - 1
+    kept = np.nonzero(live)[0] + base
+    parents = pool_parent[kept]
+    moved = parents >= base
+    parents[moved] = new_index[parents[moved] - base]
+    pool_node[base: base + len(kept)] = pool_node[kept]
+    pool_parent[base: base + len(kept)] = parents
+    state.pool_size[slot] = base + len(kept)
+    return [int(new_index[e - base]) if e >= base else e for e in tops]
+
+
+def compact_pool(state: RuntimeState, slot: int) -> None:
+    """Keep only the entries that the live tops and the history ring reach (order kept)."""
+    size = int(state.pool_size[slot])
+    pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
+    live = np.zeros(size, dtype=bool)
+    roots = list(state.tops[slot, : state.num_tops[slot]])
+    for step in _history_slots(state, slot):
+        roots.extend(state.hist_tops[slot, step, : state.hist_num_tops[slot, step]])
+    for entry in roots:
+        entry = int(entry)
+        while entry >= 0 and not live[entry]:
+            live[entry] = True
+            entry = int(pool_parent[entry])
+    new_index = np.cumsum(live) - 1
+    kept = np.nonzero(live)[0]
+    parents = pool_parent[kept]
+    parents[parents >= 0] = new_index[parents[parents >= 0]]
+    pool_node[: len(kept)] = pool_node[kept]
+    pool_parent[: len(kept)] = parents
+    state.pool_size[slot] = len(kept)
+    count = state.num_tops[slot]
+    state.tops[slot, :count] = new_index[state.tops[slot, :count]]
+    for step in _history_slots(state, slot):
+        count = state.hist_num_tops[slot, step]
+        state.hist_tops[slot, step, :count] = new_index[state.hist_tops[slot, step, :count]]
+        # A rollback to this step must not drop entries that now sit anywhere below the new
+        # size, so every kept step restores to the compacted size.
+        state.hist_pool_size[slot, step] = len(kept)
+
+
+def _history_slots(state: RuntimeState, slot: int) -> List[int]:
+    h = state.limits.history
+    head, length = int(state.hist_head[slot]), int(state.hist_len[slot])
+    return [(head - 1 - i) % h for i in range(length)]
+
+
+# ----------------------------------------------------------------------------- the ops
+
+
+def reset(state: RuntimeState, slot: int, t: HostTables) -> None:
+    state.pool_size[slot] = 0
+    state.hist_len[slot] = 0
+    state.hist_head[slot] = 0
+    state.terminated[slot] = 0
+    state.error[slot] = 0
+    try:
+        tops, can_end = _close(state, slot, t, [(t.root_start, -1, -1)])
+    except StepFailed as failed:
+        state.error[slot] = failed.code
+        tops, can_end = [], False
+    _write_tops(state, slot, tops, can_end)
+
+
+def _write_tops(state, slot, tops, can_end) -> None:
+    state.tops[slot, : len(tops)] = tops
+    state.num_tops[slot] = len(tops)
+    state.can_end[slot] = int(can_end)
+
+
+def _push_history(state: RuntimeState, slot: int) -> None:
+    h = state.limits.history
+    head = int(state.hist_head[slot])
+    count = int(state.num_tops[slot])
+    state.hist_tops[slot, head, :count] = state.tops[slot, :count]
+    state.hist_num_tops[slot, head] = count
+    state.hist_pool_size[slot, head] = state.pool_size[slot]
+    state.hist_can_end[slot, head] = state.can_end[slot]
+    state.hist_terminated[slot, head] = state.terminated[slot]
+    state.hist_head[slot] = (head + 1) % h
+    state.hist_len[slot] = min(int(state.hist_len[slot]) + 1, h)
+
+
+def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes) -> bool:
+    """Consume ``data`` as one step; False (state unchanged) if some byte cannot be consumed.
+    Hitting a limit also returns False and sets the slot's error code."""
+    if state.terminated[slot] or state.error[slot]:
+        return False
+    if state.pool_size[slot] > (3 * state.limits.pool_entries) // 4:
+        compact_pool(state, slot)
+    base = int(state.pool_size[slot])
+    tops = state.tops[slot, : state.num_tops[slot]].tolist()
+    can_end = bool(state.can_end[slot])
+    try:
+        for byte in data:
+            result = _advance(state, slot, t, tops, byte)
+            if result is None:
+                state.pool_size[slot] = base
+                return False
+            tops, can_end = result
+    except StepFailed as failed:
+        state.pool_size[slot] = base
+        state.error[slot] = failed.code
+        return False
+    if not tops and not can_end:
+        state.pool_size[slot] = base
+        return False
+    tops = _compact_window(state, slot, base, tops)
+    new_size = int(state.pool_size[slot])
+    state.pool_size[slot] = base  # the history records the size before the step
+    _push_history(state, slot)
+    state.pool_size[slot] = new_size
+    _write_tops(state, slot, tops, can_end)
+    return True
+
+
+def accept_stop_token(state: RuntimeState, slot: int) -> bool:
+    if state.terminated[slot] or state.error[slot] or not state.can_end[slot]:
+        return False
+    _push_history(state, slot)
+    state.terminated[slot] = 1
+    return True
+
+
+def accept_token(state: RuntimeState, slot: int, t: HostTables, token_id: int) -> bool:
+    """Accept one token id; out-of-range and special ids are rejected (False)."""
+    if not 0 <= token_id < t.vocab_size or state.terminated[slot] or state.error[slot]:
+        return False
+    if t.is_stop[token_id]:
+        return accept_stop_token(state, slot)
+    if t.special[token_id]:
+        return False
+    return accept_bytes(state, slot, t, t.decoded_vocab[token_id])
+
+
+def rollback(state: RuntimeState, slot: int, num_tokens: int) -> bool:
+    if num_tokens < 0 or num_tokens > state.hist_len[slot]:
+        return False
+    h = state.limits.history
+    for _ in range(num_tokens):
+        head = (int(state.hist_head[slot]) - 1) % h
+        count = int(state.hist_num_tops[slot, head])
+        state.tops[slot, :count] = state.hist_tops[slot, head, :count]
+        state.num_tops[slot] = count
+        state.pool_size[slot] = state.hist_pool_size[slot, head]
+        state.can_end[slot] = state.hist_can_end[slot, head]
+        state.terminated[slot] = state.hist_terminated[slot, head]
+        state.hist_head[slot] = head
+        state.hist_len[slot] -= 1
+    return True
+
+
+def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
+                            row: np.ndarray) -> bool:
+    """Write the slot's mask into ``row`` (int32[W]); returns need_apply.
+
+    A terminated slot or one with an error code allows only its stop tokens."""
+    row[:] = 0
+    if not (state.terminated[slot] or state.error[slot]):
+        layout = t.layout
+        pool_node = state.pool_node[slot]
+        entries = state.tops[slot, : state.num_tops[slot]].tolist()
+        nodes = [int(pool_node[e]) for e in entries]
+        rows = layout.node_row[nodes]
+        if len(rows):
+            np.bitwise_or.reduce(layout.accept_rows[rows], axis=0, out=row)
+        for entry, node, stack in zip(entries, nodes, state.stacks(slot)):
+            lo, hi = layout.uncertain_offsets[node], layout.uncertain_offsets[node + 1]
+            if hi > lo:
+                _set_bits(row, t.sorted_token_ids[
+                    _walk_from_stack(t, stack, layout.uncertain_tokens[lo:hi])])
+    if state.can_end[slot] or state.terminated[slot] or state.error[slot]:
+        _set_bits(row, t.stop_token_ids)
+    return not _all_allowed(row, t.vocab_size)
+
+
+def _walk_from_stack(t: HostTables, stack: Tuple[int, ...], sorted_indices: np.ndarray
+                     ) -> np.ndarray:
+    """The sorted indices among ``sorted_indices`` whose bytes can be consumed from ``stack``."""
+    walk = t.full_stack_walk()
+    start = walk.intern(frozenset({(stack, False, None)}))
+    final = walk.walk_pairs(np.full(len(sorted_indices), start, np.int32), sorted_indices)
+    return sorted_indices[final != DEAD]
+
+
+def _set_bits(row: np.ndarray, token_ids: np.ndarray) -> None:
+    if len(token_ids) == 0:
+        return
+    token_ids = np.asarray(token_ids, dtype=np.int64)
+    bits = np.zeros(row.shape[0] * 32, dtype=np.uint8)
+    bits[token_ids] = 1
+    row |= np.packbits(bits, bitorder="little").view(np.int32)
+
+
+def _all_allowed(row: np.ndarray, vocab_size: int) -> bool:
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab_size]
+    return bool(bits.all())

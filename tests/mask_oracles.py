@@ -1,0 +1,48 @@
+"""Oracles for token masks, shared by the matcher tests.
+
+* ``brute_force_mask``: every sorted token walked from every live stack of a matcher (no mask
+  cache involved), plus the stop tokens when the root can end.
+* ``recognizer_mask``: from the reference recognizer alone (Earley over the IR, independent of
+  the compiler): token t is allowed iff ``consumed + bytes(t)`` is a prefix of the language.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gxg.compiler.stack_walk import StackWalker
+from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
+
+
+def mask_to_bool(row, vocab_size: int) -> np.ndarray:
+    words = np.asarray(row, dtype=np.int32)
+    return np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_size].astype(bool)
+
+
+def brute_force_mask(matcher) -> np.ndarray:
+    compiled = matcher.compiled_grammar
+    info = compiled.tokenizer_info
+    state = matcher.state
+    allowed = np.zeros(info.vocab_size, dtype=bool)
+    walk = VocabularyWalk(StackWalker(compiled.automaton, escape_bottom=False),
+                          info.token_bytes, info.token_offsets)
+    all_tokens = np.arange(len(info.sorted_token_ids))
+    for stack in state.stacks(0):
+        start = walk.intern(frozenset({(stack, False, None)}))
+        final = walk.walk_pairs(np.full(len(all_tokens), start, np.int32), all_tokens)
+        allowed[info.sorted_token_ids[final != DEAD]] = True
+    if state.can_end[0]:
+        allowed[matcher.stop_token_ids] = True
+    return allowed
+
+
+def recognizer_mask(recognizer, consumed: bytes, info, stop_token_ids) -> np.ndarray:
+    allowed = np.zeros(info.vocab_size, dtype=bool)
+    special = set(info.special_token_ids)
+    stops = set(stop_token_ids)
+    for token_id, data in enumerate(info.decoded_vocab):
+        if token_id in stops or token_id in special or not data:
+            continue
+        allowed[token_id] = recognizer.accepts_prefix(consumed + data)
+    if recognizer.accepts(consumed):
+        allowed[list(stops)] = True
+    return allowed

@@ -1,0 +1,327 @@
+"""GrammarMatcher on the CPU: masks are exact, and the step semantics are XGrammar's.
+
+Exactness: along random and real token walks over a grammar zoo, the mask from the cache plus
+the uncertain-token check equals (a) the brute-force mask (every token walked from every live
+stack) and (b) the reference recognizer's answer for every token (``consumed + token`` is a
+prefix of the language), with stop tokens allowed iff the input so far is a sentence.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import gxg
+from gxg.grammar_compiler import CompiledGrammar, GrammarCompiler
+from gxg.matcher import (
+    GrammarMatcher, GrammarRuntimeError, allocate_token_bitmask, apply_token_bitmask_inplace,
+    get_bitmask_shape,
+)
+from gxg.runtime import RuntimeLimits
+from gxg.testing import Recognizer
+from gxg.tokenizer import TokenizerInfo, VocabType
+from mask_oracles import brute_force_mask, mask_to_bool, recognizer_mask
+
+# (name, EBNF, sentences of the language used to build vocabularies and real walks)
+GRAMMAR_ZOO = [
+    ("nested_arrays",
+     'root ::= array\narray ::= "[" (value ("," value)*)? "]"\nvalue ::= array | [0-9]+',
+     ["[[1,2],[3,[4]]]", "[]", "[[[]],12]"]),
+    ("arithmetic",
+     'root ::= expr\nexpr ::= expr ("+" | "-") term | term\n'
+     'term ::= term ("*" | "/") factor | factor\nfactor ::= [0-9]+ | "(" expr ")"',
+     ["1+2*3", "(4-5)/6*(7+8)", "((9))"]),
+    ("left_recursive_list",
+     'root ::= "[" list "]"\nlist ::= list "," item | item\nitem ::= [a-z]+',
+     ["[a,bc,def]", "[x]"]),
+    ("ambiguous",
+     'root ::= b* b*\nb ::= "x" | "xx"',
+     ["xxxxx", "", "x"]),
+    ("nullable_heavy",
+     'root ::= a b c "!"\na ::= "a"?\nb ::= a a | ""\nc ::= b? "c"*',
+     ["aaacc!", "!", "a!", "cc!"]),
+    ("unicode",
+     'root ::= [α-ω]+ " " [^\\x00-\\x7f]* "."',
+     ["αβγ ü€😀.", "ω ."]),
+    ("lookahead",
+     'root ::= "{" pair ("," pair)* "}"\npair ::= key ":" [0-9]+\n'
+     'key ::= "\\"" [a-z]+ "\\"" (= ":")',
+     ['{"a":1,"bc":23}', '{"x":0}']),
+    ("right_recursive",
+     'root ::= item\nitem ::= "a" item | "b"',
+     ["aaab", "b"]),
+    ("json", None,
+     ['{"a": [1, 2.5e3, true, null], "b": {"c": "d\\n\\u00e9"}}', '[]', '[{"x":"y"}, -0.1]']),
+]
+
+
+def zoo_grammar(ebnf):
+    return gxg.Grammar.builtin_json_grammar() if ebnf is None else gxg.Grammar.from_ebnf(ebnf)
+
+
+def synthetic_vocab(sentences, seed=0):
+    """Single bytes for ASCII, all 1–4 byte substrings of the sentences, UTF-8 fragments,
+    an empty (special) token and a stop token."""
+    rng = random.Random(seed)
+    tokens = {bytes([b]) for b in range(32, 127)} | {b"\n", b"\t", b"\x00"}
+    for sentence in sentences:
+        data = sentence.encode()
+        for i in range(len(data)):
+            for j in range(i + 1, min(len(data), i + 4) + 1):
+                tokens.add(data[i:j])
+        tokens.update(bytes([c]) for c in data)
+    for _ in range(40):
+        tokens.add(bytes(rng.randrange(256) for _ in range(rng.randint(1, 3))))
+    vocab = sorted(tokens) + [b"", b"</s>"]
+    return vocab
+
+
+def make_info(vocab, extra_padding=3):
+    return TokenizerInfo(vocab, VocabType.RAW, vocab_size=len(vocab) + extra_padding,
+                         stop_token_ids=[len(vocab) - 1])
+
+
+def check_mask(matcher, recognizer, consumed, info):
+    bitmask = allocate_token_bitmask(1, info.vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    got = mask_to_bool(bitmask[0].numpy(), info.vocab_size)
+    brute = brute_force_mask(matcher)
+    np.testing.assert_array_equal(got, brute, err_msg=f"cache mask != brute force after "
+                                                      f"{consumed!r}")
+    expected = recognizer_mask(recognizer, consumed, info, matcher.stop_token_ids)
+    np.testing.assert_array_equal(got, expected, err_msg=f"mask != recognizer after "
+                                                         f"{consumed!r}")
+    return got
+
+
+@pytest.mark.parametrize("name,ebnf,sentences", GRAMMAR_ZOO, ids=[z[0] for z in GRAMMAR_ZOO])
+def test_mask_exact_along_random_walks(name, ebnf, sentences):
+    grammar = zoo_grammar(ebnf)
+    vocab = synthetic_vocab(sentences)
+    info = make_info(vocab)
+    compiled = GrammarCompiler(info).compile_grammar(grammar)
+    recognizer = Recognizer(grammar)
+    rng = random.Random(1234)
+    for walk in range(3):
+        matcher = GrammarMatcher(compiled)
+        consumed = b""
+        for step in range(12):
+            allowed = check_mask(matcher, recognizer, consumed, info)
+            choices = np.nonzero(allowed)[0].tolist()
+            if not choices:
+                break
+            token = rng.choice(choices)
+            assert matcher.accept_token(token)
+            if token in matcher.stop_token_ids:
+                assert matcher.is_terminated()
+                break
+            consumed += info.decoded_vocab[token]
+
+
+@pytest.mark.parametrize("name,ebnf,sentences", GRAMMAR_ZOO, ids=[z[0] for z in GRAMMAR_ZOO])
+def test_mask_exact_along_real_walks(name, ebnf, sentences):
+    """Teacher-forced: each sentence, tokenised greedily, then the stop token."""
+    grammar = zoo_grammar(ebnf)
+    vocab = synthetic_vocab(sentences)
+    info = make_info(vocab)
+    compiled = GrammarCompiler(info).compile_grammar(grammar)
+    recognizer = Recognizer(grammar)
+    index = {token: i for i, token in enumerate(vocab) if token}
+    for sentence in sentences:
+        matcher = GrammarMatcher(compiled)
+        consumed = b""
+        for token in greedy_tokenize(sentence.encode(), index):
+            check_mask(matcher, recognizer, consumed, info)
+            assert matcher.accept_token(token), (sentence, consumed)
+            consumed += info.decoded_vocab[token]
+        check_mask(matcher, recognizer, consumed, info)
+        assert matcher.accept_token(matcher.stop_token_ids[0])
+        assert matcher.is_terminated()
+
+
+def greedy_tokenize(data: bytes, index: dict):
+    out, i = [], 0
+    while i < len(data):
+        for j in range(min(len(data), i + 4), i, -1):
+            if data[i:j] in index:
+                out.append(index[data[i:j]])
+                i = j
+                break
+        else:
+            raise AssertionError(f"cannot tokenize {data[i:]!r}")
+    return out
+
+
+# ----------------------------------------------------------------------------- semantics
+
+@pytest.fixture(scope="module")
+def abc():
+    vocab = [b"a", b"b", b"c", b"ab", b"abc", b"x", b"", b"</s>"]
+    info = TokenizerInfo(vocab, VocabType.RAW, stop_token_ids=[7])
+    compiled = GrammarCompiler(info).compile_grammar('root ::= "abc" [0-9]* | "x"')
+    return info, compiled
+
+
+def test_rejected_token_changes_nothing(abc):
+    info, compiled = abc
+    m = GrammarMatcher(compiled)
+    assert not m.accept_token(2)          # "c" cannot start
+    assert not m.accept_token(6)          # empty token: special
+    assert not m.accept_token(-1) and not m.accept_token(99)
+    assert m.accept_token(3)              # "ab"
+    with pytest.raises(RuntimeError):
+        m.rollback(2)                     # only one step in the history
+    m.rollback(1)
+    assert m.accept_token(4)              # "abc"
+
+
+def test_stop_token_only_when_complete_then_terminated(abc):
+    info, compiled = abc
+    m = GrammarMatcher(compiled)
+    assert not m.accept_token(7)
+    assert m.accept_token(5)              # "x": complete, nothing may follow
+    mask = allocate_token_bitmask(1, info.vocab_size)
+    assert m.fill_next_token_bitmask(mask)
+    assert mask_to_bool(mask[0].numpy(), info.vocab_size).nonzero()[0].tolist() == [7]
+    assert m.accept_token(7) and m.is_terminated()
+    assert not m.accept_token(0) and not m.accept_string("a")
+    with pytest.raises(RuntimeError):
+        m.fill_next_token_bitmask(mask)
+    m.rollback(1)                          # rolling back the stop token un-terminates
+    assert not m.is_terminated() and m.is_completed()
+
+
+def test_accept_string_is_one_step_and_may_split_code_points():
+    info = TokenizerInfo([], VocabType.RAW)
+    compiled = GrammarCompiler(info).compile_grammar('root ::= "é" [a-z]+')
+    m = GrammarMatcher(compiled, terminate_without_stop_token=True)
+    assert m.accept_string(b"\xc3") and m.accept_string(b"\xa9")
+    assert not m.is_terminated()
+    assert m.accept_string("ab") and m.is_terminated()
+    m.rollback(1)
+    assert not m.is_terminated()
+    assert not m.accept_string("a1")      # rejected strings change nothing
+    assert m.accept_string("") and m.accept_string("z") and m.is_terminated()
+
+
+def test_fork_is_independent(abc):
+    info, compiled = abc
+    m = GrammarMatcher(compiled)
+    assert m.accept_token(0)
+    twin = m.fork()
+    assert twin.accept_token(1) and not m.accept_token(2)
+    assert m.accept_token(1) and m.accept_token(2) and twin.accept_token(2)
+
+
+def test_jump_forward_string():
+    info = TokenizerInfo([], VocabType.RAW)
+    compiled = GrammarCompiler(info).compile_grammar('root ::= "abc" [0-9] "xyz"')
+    m = GrammarMatcher(compiled, terminate_without_stop_token=True)
+    assert m.find_jump_forward_string() == "abc"
+    assert m.accept_string("abc7")
+    assert m.find_jump_forward_string() == "xyz"
+    assert m.accept_string("x")           # the probe did not move the matcher
+
+
+def test_terminate_without_stop_token(abc):
+    info, compiled = abc
+    m = GrammarMatcher(compiled, terminate_without_stop_token=True)
+    assert m.accept_token(5) and m.is_terminated()
+    mask = allocate_token_bitmask(1, info.vocab_size)
+    m.fill_next_token_bitmask(mask)       # still works, and still shows the stop token
+    assert mask_to_bool(mask[0].numpy(), info.vocab_size)[7]
+    assert not m.accept_token(7)
+
+
+def test_bitmask_shape_checks(abc):
+    info, compiled = abc
+    m = GrammarMatcher(compiled)
+    assert get_bitmask_shape(3, 33) == (3, 2)
+    with pytest.raises(ValueError):
+        m.fill_next_token_bitmask(torch.zeros((1, 5), dtype=torch.int32))
+    with pytest.raises(ValueError):
+        m.fill_next_token_bitmask(torch.zeros((1, 1), dtype=torch.int64))
+    with pytest.raises(IndexError):
+        m.fill_next_token_bitmask(allocate_token_bitmask(2, info.vocab_size), index=2)
+
+
+@pytest.mark.parametrize("logits_width", [6, 8, 40])
+def test_apply_token_bitmask(logits_width):
+    bitmask = torch.tensor([[0b101], [-1]], dtype=torch.int32)
+    logits = torch.zeros((2, logits_width))
+    apply_token_bitmask_inplace(logits, bitmask, vocab_size=min(logits_width, 32))
+    row0 = torch.isinf(logits[0]).tolist()
+    assert row0[:3] == [False, True, False] and all(row0[3:min(logits_width, 32)])
+    assert not torch.isinf(logits[1]).any()
+    logits = torch.zeros((2, logits_width))
+    apply_token_bitmask_inplace(logits, bitmask, indices=[1])
+    assert not torch.isinf(logits).any()
+
+
+# ----------------------------------------------------------------------------- limits
+
+def test_too_many_parallel_stacks_is_reported():
+    info = TokenizerInfo([b"x"], VocabType.RAW)
+    # After k x's the number of pending "y" can be 0..k: k+1 different stacks.
+    compiled = GrammarCompiler(info).compile_grammar('root ::= "x" root "y" | "x" root | ""')
+    m = GrammarMatcher(compiled, limits=RuntimeLimits(max_stacks=3))
+    with pytest.raises(GrammarRuntimeError, match="max_stacks=3"):
+        for _ in range(4):
+            m.accept_token(0)
+
+
+def test_pool_overflow_is_reported_and_state_kept():
+    info = TokenizerInfo([b"[", b"]"], VocabType.RAW)
+    compiled = GrammarCompiler(info).compile_grammar('root ::= "[" root? "]"')
+    m = GrammarMatcher(compiled, limits=RuntimeLimits(pool_entries=32))
+    depth = 0
+    with pytest.raises(GrammarRuntimeError, match="stack pool"):
+        for depth in range(100):
+            assert m.accept_token(0)
+    assert depth > 5                      # it got somewhere before the limit
+    assert m.accept_token(1)              # the state before the failed step is intact
+
+
+def test_rollback_beyond_history_is_an_error(abc):
+    info, compiled = abc
+    m = GrammarMatcher(compiled, max_rollback_tokens=2)
+    for token in (0, 1, 2):
+        assert m.accept_token(token)
+    with pytest.raises(RuntimeError, match="max_rollback_tokens=2"):
+        m.rollback(3)
+    m.rollback(2)
+    assert m.accept_token(1)
+
+
+# ----------------------------------------------------------------------------- compiled grammar
+
+def test_serialize_round_trip(abc):
+    info, compiled = abc
+    again = CompiledGrammar.deserialize(compiled.serialize(), info)
+    assert again.grammar == compiled.grammar
+    m1, m2 = GrammarMatcher(compiled), GrammarMatcher(again)
+    for token in (0, 1, 2):
+        assert m1.accept_token(token) == m2.accept_token(token)
+    a, b = allocate_token_bitmask(1, info.vocab_size), allocate_token_bitmask(1, info.vocab_size)
+    m1.fill_next_token_bitmask(a)
+    m2.fill_next_token_bitmask(b)
+    assert torch.equal(a, b)
+    other = TokenizerInfo([b"a", b"b"], VocabType.RAW)
+    with pytest.raises(RuntimeError, match="different tokenizer"):
+        CompiledGrammar.deserialize(compiled.serialize(), other)
+
+
+def test_compiler_cache_and_empty_vocabulary():
+    info = TokenizerInfo([], VocabType.RAW)
+    compiler = GrammarCompiler(info)
+    first = compiler.compile_grammar('root ::= "a"+')
+    assert compiler.compile_grammar('root ::= "a"+') is first
+    assert compiler.compile_regex("a+") is compiler.compile_regex("a+")
+    compiler.clear_cache()
+    assert compiler.compile_grammar('root ::= "a"+') is not first
+    m = GrammarMatcher(first, terminate_without_stop_token=True)
+    assert m.accept_string("aaa") and m.is_terminated()
+    with pytest.raises(ValueError):
+        GrammarCompiler("not a tokenizer info")

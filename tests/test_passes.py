@@ -1,0 +1,505 @@
+"""Specification of the grammar-to-grammar passes (gxg.compiler.passes).
+
+The oracle for "the language did not change" is the reference Earley recognizer
+(gxg.testing), which handles left recursion. Each transformed grammar is compared with its
+original on EVERY string up to a length bound over the grammar's alphabet (viable prefixes
+and sentences both), and on random walks through longer viable prefixes of the original.
+"""
+from __future__ import annotations
+
+import random
+import re
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gxg.compiler.passes import (
+    MATCHES_NOTHING,
+    eliminate_left_recursion,
+    expr_size,
+    find_left_recursion,
+    grammar_size,
+    inline_small_rules,
+    nullable_rules,
+    prepare,
+    productive_rules,
+    remove_dead_rules,
+)
+from gxg.grammar.ir import (
+    CharClass,
+    Choice,
+    Grammar,
+    Literal,
+    Repeat,
+    Rule,
+    RuleRef,
+    Sequence,
+    iter_rule_refs,
+)
+from gxg.testing import Recognizer
+
+# ============================================================================ helpers
+
+
+def ebnf(text: str, root: str = "root") -> Grammar:
+    return Grammar.from_ebnf(text, root_rule_name=root)
+
+
+def assert_same_language(original: Grammar, transformed: Grammar, alphabet: bytes,
+                         max_length: int, walks: int = 30, walk_length: int = 24,
+                         seed: int = 0) -> None:
+    """Both grammars agree on every string over ``alphabet`` up to ``max_length`` bytes — as
+    sentences and as viable prefixes — and along random walks through longer viable prefixes
+    of ``original`` (with a random wrong byte at the end of each walk)."""
+    expected, actual = Recognizer(original), Recognizer(transformed)
+    pending = [(b"", expected.start(), actual.start())]
+    while pending:
+        text, want, got = pending.pop()
+        assert (got.alive, got.accepting) == (want.alive, want.accepting), \
+            f"{text!r}: expected alive/accepting {want.alive}/{want.accepting}"
+        if not want.alive or len(text) == max_length:
+            continue
+        for byte in alphabet:
+            want_next, got_next = want.copy(), got.copy()
+            want_next.feed(byte)
+            got_next.feed(byte)
+            pending.append((text + bytes([byte]), want_next, got_next))
+
+    rng = random.Random(seed)
+    for _ in range(walks):
+        want, got, text = expected.start(), actual.start(), b""
+        while want.alive and len(text) < walk_length:
+            if want.accepting and rng.random() < 0.15:
+                break
+            options = []
+            for byte in alphabet:
+                probe = want.copy()
+                if probe.feed(byte):
+                    options.append(byte)
+            byte = rng.choice(options) if options else rng.choice(alphabet)
+            want.feed(byte)
+            got.feed(byte)
+            text += bytes([byte])
+            assert (got.alive, got.accepting) == (want.alive, want.accepting), \
+                f"{text!r}: expected alive/accepting {want.alive}/{want.accepting}"
+
+
+def assert_no_left_recursion(grammar: Grammar) -> None:
+    assert find_left_recursion(grammar) == []
+
+
+def referenced_names(grammar: Grammar) -> set:
+    return {name for rule in grammar.rules
+            for expr in (rule.body, rule.lookahead) for name in iter_rule_refs(expr)}
+
+
+# ============================================================================ the zoo
+
+# (id, EBNF, root, alphabet, exhaustive length bound). Every grammar here except the last
+# group is left-recursive.
+C_LIKE_EXPRESSIONS = r'''
+root ::= expr
+expr ::= expr "," assign | assign
+assign ::= unary "=" assign | cond
+cond ::= lor "?" expr ":" cond | lor
+lor ::= lor "||" land | land
+land ::= land "&&" bor | bor
+bor ::= bor "|" bxor | bxor
+bxor ::= bxor "^" band | band
+band ::= band "&" eq | eq
+eq ::= eq "==" rel | eq "!=" rel | rel
+rel ::= rel "<" shift | rel ">" shift | rel "<=" shift | rel ">=" shift | shift
+shift ::= shift "<<" add | shift ">>" add | add
+add ::= add "+" mul | add "-" mul | mul
+mul ::= mul "*" unary | mul "/" unary | mul "%" unary | unary
+unary ::= "-" unary | "!" unary | postfix
+postfix ::= postfix "[" expr "]" | postfix "(" args? ")" | primary
+args ::= args "," assign | assign
+primary ::= ident | number | "(" expr ")"
+ident ::= [a-z] [a-z0-9]*
+number ::= [0-9]+
+'''
+
+LEFT_RECURSIVE = [
+    ("direct", 'root ::= root "a" | "b"', b"ab", 6),
+    ("direct-several", 'root ::= root "a" | root "b" "c" | "c" | "d" root', b"abcd", 5),
+    ("direct-right-too", 'root ::= root "+" root | "(" root ")" | "x"', b"+()x", 6),
+    ("doubling", 'root ::= root root | "x"', b"x", 8),
+    ("doubling-nullable", 'root ::= root root | "x" | ""', b"x", 6),
+    ("optional-prefix", 'root ::= root? "x"', b"x", 6),
+    ("optional-prefix-2", 'root ::= root? "x" root? | "y"', b"xy", 6),
+    ("star-prefix", 'root ::= root* "x"', b"x", 6),
+    ("in-repeat-body", 'root ::= (root "x")* "y"', b"xy", 6),
+    ("in-plus-body", 'root ::= (root | "a")+ "b"', b"ab", 6),
+    ("in-bounded-repeat", 'root ::= (root "x"){2,3} | "y"', b"xy", 7),
+    ("nested-choice", 'root ::= (("a" | root) "b" | "c") "d" | "e"', b"abcde", 6),
+    ("nested-optional", 'root ::= ("a" | (root "b")?) "c"', b"abc", 6),
+    ("nullable-alternative-first", 'root ::= ("" | root "z") "x" | "y"', b"xyz", 6),
+    ("bounded-nullable-prefix", 'root ::= ("a"? "b"?){1,2} root "x" | "y"', b"abxy", 6),
+    ("bounded-nullable-recursive", 'root ::= (root? "x"?){2,3} "y" | "z"', b"xyz", 6),
+    ("indirect-2", 'root ::= a "x" | "y"\na ::= root "z" | "w"', b"xyzw", 6),
+    ("indirect-3",
+     'root ::= a "x" | "y"\na ::= b "y" | "x"\nb ::= root "z" | a "w"', b"xyzw", 6),
+    ("indirect-4",
+     'root ::= a "1" | "0"\na ::= b "2"\nb ::= c "3" | root\nc ::= root "4" | a',
+     b"01234", 6),
+    ("mutual-both-ways",
+     'root ::= a "x" | b "y" | "z"\na ::= b "x" | root "y" | "a"\nb ::= a "b" | root | "c"',
+     b"xyzabc", 4),
+    ("hidden-optional",
+     'root ::= b root "x" | "y"\nb ::= "z"?', b"xyz", 6),
+    ("hidden-chain",
+     'root ::= b c root "x" | "y"\nb ::= "z"*\nc ::= b b', b"xyz", 6),
+    ("hidden-indirect",
+     'root ::= a b\na ::= b a "x" | ""\nb ::= a "y" | ""', b"xy", 6),
+    ("hidden-both-nullable",
+     'root ::= a "q"\na ::= b a "x" | c\nb ::= c "y" | ""\nc ::= a? "z" | ""', b"qxyz", 5),
+    ("nullable-left-recursive", 'root ::= root "x" | ""', b"x", 6),
+    ("nullable-indirect",
+     'root ::= a "x" | ""\na ::= root "y" | root', b"xy", 6),
+    ("epsilon-cycle", 'root ::= root | "x"', b"x", 4),
+    ("epsilon-cycle-indirect", 'root ::= a\na ::= b | "x"\nb ::= a | root | "y"', b"xy", 4),
+    ("epsilon-only", 'root ::= root | ""', b"x", 4),
+    ("empty-language-rule", 'root ::= "x" | a "y"\na ::= a "z"', b"xyz", 5),
+    ("empty-language-root", 'root ::= root "x"', b"x", 4),
+    ("self-only", 'root ::= root', b"x", 4),
+    ("arithmetic",
+     'root ::= expr\n'
+     'expr ::= expr "+" term | expr "-" term | term\n'
+     'term ::= term "*" factor | term "/" factor | factor\n'
+     'factor ::= "(" expr ")" | "-" factor | [0-9]', b"+-*/()1", 5),
+    ("list", 'root ::= "[" list "]"\nlist ::= list "," item | item\nitem ::= "a" | "b"',
+     b"[],ab", 7),
+    ("list-nullable", 'root ::= list\nlist ::= list "," item | item | ""\nitem ::= "a"',
+     b",a", 7),
+    ("nullable-heavy",
+     'root ::= a b root c | "x"\na ::= "a"?\nb ::= a* c\nc ::= ("c" | "")*', b"acx", 5),
+    ("lookahead-kept",
+     'root ::= a "x"\na ::= a "y" | "z" (= ("y" | "x"))', b"xyz", 6),
+    ("c-like-expressions", C_LIKE_EXPRESSIONS, b"x1+*=-(),?:|&", 3),
+]
+
+NOT_LEFT_RECURSIVE = [
+    ("right-recursive", 'root ::= "x" root | ""', b"x", 6),
+    ("ambiguous-stars", 'root ::= b* b*\nb ::= "a" | "ab"', b"ab", 6),
+    ("nullable-not-left", 'root ::= b "x" root | "y"\nb ::= "z"', b"xyz", 6),
+    ("balanced", 'root ::= "(" root ")" root | ""', b"()", 8),
+]
+
+ZOO = LEFT_RECURSIVE + NOT_LEFT_RECURSIVE
+
+
+def zoo_params(cases):
+    return [pytest.param(ebnf(text), alphabet, length, id=name)
+            for name, text, alphabet, length in cases]
+
+
+# ============================================================================ find_left_recursion
+
+
+@pytest.mark.parametrize("text, cycles", [
+    ('root ::= "x"', []),
+    ('root ::= root "x" | "y"', [["root"]]),
+    ('root ::= "x" root | ""', []),
+    ('root ::= a "x" | "y"\na ::= root', [["root", "a"]]),
+    ('root ::= a\na ::= b\nb ::= c | root\nc ::= "x"', [["root", "a", "b"]]),
+    ('root ::= b root | "y"\nb ::= "z"?', [["root"]]),   # hidden behind a nullable rule
+    ('root ::= b root | "y"\nb ::= "z"', []),            # b is not nullable
+    ('root ::= (root "x")* "y"', [["root"]]),            # left edge of a repeat body
+    ('root ::= "a"* ("b"? root)? "c"', [["root"]]),      # several nullable prefixes
+    ('root ::= a b\na ::= a "x" | "y"\nb ::= b "z" | "w"', [["a"], ["b"]]),
+], ids=["none", "direct", "right", "indirect", "indirect-3", "hidden", "not-hidden", "repeat",
+        "deep-nullable", "two-cycles"])
+def test_find_left_recursion_reports_one_cycle_per_component(text, cycles):
+    assert find_left_recursion(ebnf(text)) == cycles
+
+
+@pytest.mark.parametrize("name, text, alphabet, length", LEFT_RECURSIVE,
+                         ids=[case[0] for case in LEFT_RECURSIVE])
+def test_zoo_left_recursive_cases_really_are(name, text, alphabet, length):
+    assert find_left_recursion(ebnf(text)) != []
+
+
+# ============================================================================ left recursion
+
+
+@pytest.mark.parametrize("grammar, alphabet, length", zoo_params(ZOO))
+def test_elimination_keeps_the_language_and_removes_left_recursion(grammar, alphabet, length):
+    result = eliminate_left_recursion(grammar)
+    assert_no_left_recursion(result)
+    assert_same_language(grammar, result, alphabet, length)
+
+
+@pytest.mark.parametrize("grammar, alphabet, length", zoo_params(ZOO))
+def test_elimination_keeps_names_root_and_lookaheads(grammar, alphabet, length):
+    result = eliminate_left_recursion(grammar)
+    assert result.root_rule_name == grammar.root_rule_name
+    old = {rule.name: rule for rule in grammar.rules}
+    assert [name for name in result.rule_names if name in old] == list(grammar.rule_names)
+    for rule in result.rules:
+        if rule.name in old:
+            assert rule.lookahead == old[rule.name].lookahead
+        else:  # new rules are named after the rule they come from, and valid EBNF names
+            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", rule.name)
+            assert any(rule.name.startswith(name + "_") for name in old)
+            assert rule.lookahead is None
+
+
+@pytest.mark.parametrize("grammar, alphabet, length", zoo_params(NOT_LEFT_RECURSIVE))
+def test_grammar_without_left_recursion_comes_back_unchanged(grammar, alphabet, length):
+    assert eliminate_left_recursion(grammar) is grammar
+
+
+@pytest.mark.parametrize("text, expected", [
+    # direct recursion needs no new rule: A ::= (betas) (alphas)*
+    ('root ::= root "a" | root "b" | "c" | "d"', 'root ::= ("c" | "d") ("a" | "b")*'),
+    ('root ::= list\nlist ::= list "," item | item\nitem ::= "i"',
+     'root ::= list\nlist ::= item ("," item)*\nitem ::= "i"'),
+    ('root ::= root root | "x"', 'root ::= "x" root*'),
+    ('root ::= root? "x"', 'root ::= "x" "x"*'),
+    # nullable and left-recursive: the empty string stays an alternative of its own
+    ('root ::= root "x" | ""', 'root ::= "x" "x"* | ""'),
+    # epsilon cycles contribute nothing
+    ('root ::= root | "x"', 'root ::= "x"'),
+    ('root ::= root | ""', 'root ::= ""'),
+    # hidden recursion: the nullable prefix gets a non-empty twin
+    ('root ::= b root "x" | "y"\nb ::= "z"?',
+     'root ::= (b_nonempty root "x" | "y") "x"*\nb ::= "z"?\nb_nonempty ::= "z"'),
+    # indirect: substitute the earlier rule, then solve the later one directly
+    ('root ::= a "x" | "y"\na ::= root "z" | "w"',
+     'root ::= a "x" | "y"\na ::= ("w" | "yz") "xz"*'),
+], ids=["direct", "list", "doubling", "optional", "nullable", "eps-cycle", "eps-only", "hidden",
+        "indirect"])
+def test_elimination_result_forms(text, expected):
+    assert eliminate_left_recursion(ebnf(text)) == ebnf(expected)
+
+
+def test_rule_with_empty_language_matches_nothing():
+    result = eliminate_left_recursion(ebnf('root ::= "x" | a\na ::= a "y"'))
+    assert result.rule("a").body == MATCHES_NOTHING
+    assert result.rule("root") == ebnf('root ::= "x" | a\na ::= "q"').rule("root")
+    assert eliminate_left_recursion(ebnf("root ::= root")).root.body == MATCHES_NOTHING
+
+
+def test_c_like_expression_grammar_stays_small():
+    grammar = ebnf(C_LIKE_EXPRESSIONS)
+    result = eliminate_left_recursion(grammar)
+    rules_before, nodes_before = grammar_size(grammar)
+    rules_after, nodes_after = grammar_size(result)
+    assert rules_after == rules_before  # only direct recursion: no new rule
+    assert nodes_after <= nodes_before
+    assert result.rule("add") == ebnf(
+        'root ::= add\nadd ::= mul ("+" mul | "-" mul)*\nmul ::= "m"').rule("add")
+
+
+def test_long_indirect_cycle_stays_linear():
+    n = 300  # r0 -> r1 -> ... -> r299 -> r0, all at left edges
+    text = "\n".join(f'r{i} ::= r{(i + 1) % n} "a{i}" | "b{i}"' for i in range(n))
+    grammar = ebnf(text, root="r0")
+    started = time.perf_counter()
+    result = eliminate_left_recursion(grammar)
+    assert time.perf_counter() - started < 5
+    assert_no_left_recursion(result)
+    assert grammar_size(result)[1] < 3 * grammar_size(grammar)[1]
+
+
+def test_dense_component_grows_polynomially_and_keeps_the_language():
+    n = 8  # every rule is a left corner of every rule: the worst case for substitution
+    text = "\n".join(
+        f"r{i} ::= " + " | ".join(f'r{j} "{"abcdefgh"[j]}"' for j in range(n)) + f' | "{i}"'
+        for i in range(n))
+    grammar = ebnf(text, root="r0")
+    result = eliminate_left_recursion(grammar)
+    assert_no_left_recursion(result)
+    assert grammar_size(result)[1] < 30 * grammar_size(grammar)[1]
+    assert_same_language(grammar, result, b"abcdefgh01234567", 3, walks=10, walk_length=10)
+
+
+def nullable_chain_at_left_edge(n: int) -> Grammar:
+    """root ::= n0 root "x" | "y" with n0 ::= n1 | "a", ..., n{n} ::= "b"?  (all nullable)."""
+    rules = [Rule("root", Choice((Sequence((RuleRef("n0"), RuleRef("root"), Literal(b"x"))),
+                                  Literal(b"y"))))]
+    rules += [Rule(f"n{i}", Choice((RuleRef(f"n{i + 1}"), Literal(b"a")))) for i in range(n)]
+    rules.append(Rule(f"n{n}", Repeat(Literal(b"b"), 0, 1)))
+    return Grammar(tuple(rules))
+
+
+def test_long_chain_of_nullable_rules_at_a_left_edge():
+    grammar = nullable_chain_at_left_edge(3000)  # deeper than Python's recursion limit
+    result = eliminate_left_recursion(grammar)
+    assert_no_left_recursion(result)
+    assert len(result.rules) == 2 * len(grammar.rules) - 1  # a twin for each n_i
+    small = nullable_chain_at_left_edge(5)
+    assert_same_language(small, eliminate_left_recursion(small), b"abxy", 5)
+
+
+# ============================================================================ remove_dead_rules
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('root ::= "x"\nunused ::= "y" unused2\nunused2 ::= "z"', 'root ::= "x"'),
+    ('root ::= "x" | a\na ::= "y" a', 'root ::= "x"'),                       # no finite string
+    ('root ::= "x" a*\na ::= "y" a', 'root ::= "x"'),                         # zero iterations
+    ('root ::= "x" a+ | "z"\na ::= "y" a', 'root ::= "z"'),
+    ('root ::= "x" | "y" [^\\x00-\\U0010FFFF]', 'root ::= "x"'),             # empty class
+    ('root ::= a "x"\na ::= "y" (= b)\nb ::= "x"', 'root ::= a "x"\na ::= "y" (= b)\nb ::= "x"'),
+    ('root ::= a "x"\na ::= "y" (= b | c)\nb ::= "x"\nc ::= "q" c',
+     'root ::= a "x"\na ::= "y" (= b)\nb ::= "x"'),                             # pruned lookahead
+    ('root ::= a "x"\na ::= "y" (= c)\nc ::= "q" c', 'root ::= a "x"\na ::= "y"'),  # dropped
+], ids=["unreachable", "non-productive-alt", "non-productive-star", "non-productive-plus",
+        "empty-class", "lookahead-keeps-rule", "lookahead-pruned", "lookahead-dropped"])
+def test_remove_dead_rules(text, expected):
+    assert remove_dead_rules(ebnf(text)) == ebnf(expected)
+
+
+def test_surrogate_only_class_is_dead():
+    surrogates = CharClass(((0xD800, 0xDFFF),))
+    grammar = Grammar((Rule("root", Choice((Literal(b"x"), surrogates))),))
+    assert remove_dead_rules(grammar) == ebnf('root ::= "x"')
+
+
+@pytest.mark.parametrize("text", ['root ::= root "x"', 'root ::= a\na ::= "x" a', "root ::= root",
+                                  'root ::= "a" [^\\x00-\\U0010FFFF]'])
+def test_empty_language_becomes_a_root_that_matches_nothing(text):
+    result = remove_dead_rules(ebnf(text))
+    assert result == Grammar((Rule("root", MATCHES_NOTHING),))
+    assert Recognizer(result).language_is_empty
+    assert not Recognizer(result).accepts_prefix(b"")
+
+
+def test_remove_dead_rules_returns_clean_grammar_unchanged():
+    grammar = ebnf('root ::= a "x"\na ::= "y" a | ""')
+    assert remove_dead_rules(grammar) is grammar
+
+
+def test_analyses_are_iterative_on_long_chains():
+    n = 5000  # r0 ::= r1 "x", ..., a chain far deeper than Python's recursion limit
+    rules = [Rule(f"r{i}", Sequence((RuleRef(f"r{i + 1}"), Literal(b"x")))) for i in range(n)]
+    rules.append(Rule(f"r{n}", Repeat(Literal(b"y"), 0, 1)))
+    grammar = Grammar(tuple(rules), "r0")
+    assert len(nullable_rules(grammar)) == 1
+    assert len(productive_rules(grammar)) == n + 1
+    assert find_left_recursion(grammar) == []
+    assert remove_dead_rules(grammar) is grammar
+    assert eliminate_left_recursion(grammar) is grammar
+    inline_small_rules(grammar)
+
+
+# ============================================================================ inline_small_rules
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('root ::= a a\na ::= "x" | "y"', 'root ::= ("x" | "y") ("x" | "y")\na ::= "x" | "y"'),
+    ('root ::= a\na ::= b "y"\nb ::= "x"', 'root ::= "xy"\na ::= "xy"\nb ::= "x"'),   # chains
+    ('root ::= a "x"\na ::= "y" (= "x")', 'root ::= a "x"\na ::= "y" (= "x")'),       # lookahead
+    ('root ::= a\na ::= "(" a ")" | "x"', 'root ::= a\na ::= "(" a ")" | "x"'),       # recursive
+    ('root ::= "x"\nb ::= root', 'root ::= "x"\nb ::= root'),                          # the root
+    ('root ::= "x" (= a)\na ::= "y"', 'root ::= "x" (= "y")\na ::= "y"'),             # lookaheads
+], ids=["fragment", "chain", "has-lookahead", "recursive", "root", "into-lookahead"])
+def test_inline_small_rules(text, expected):
+    assert inline_small_rules(ebnf(text)) == ebnf(expected)
+
+
+def test_inlining_respects_both_size_limits():
+    big = " ".join(['"a"'] * 5)
+    grammar = ebnf(f'root ::= a b a b a\na ::= "x" | "y" | "z"\nb ::= "q" ({big} | "w")')
+    sizes = {"a": expr_size(grammar.rule("a").body), "b": expr_size(grammar.rule("b").body)}
+    result = inline_small_rules(grammar, max_rule_size=sizes["a"], max_result_size=12)
+    assert expr_size(result.root.body) <= 12
+    remaining = list(iter_rule_refs(result.root.body))
+    assert remaining.count("b") == 2  # too big for max_rule_size
+    assert 0 < remaining.count("a") < 3  # some fitted, the rest did not
+    assert_same_language(grammar, result, b"xyzqaw", 5)
+
+
+@pytest.mark.parametrize("grammar, alphabet, length", zoo_params(ZOO))
+def test_inlining_keeps_language_adds_no_left_recursion_and_is_idempotent(grammar, alphabet,
+                                                                          length):
+    without_recursion = eliminate_left_recursion(grammar)
+    result = inline_small_rules(without_recursion, max_rule_size=40, max_result_size=120)
+    assert_no_left_recursion(result)
+    assert inline_small_rules(result, max_rule_size=40, max_result_size=120) == result
+    assert_same_language(grammar, result, alphabet, min(length, 5), walks=10)
+
+
+# ============================================================================ prepare
+
+
+@pytest.mark.parametrize("grammar, alphabet, length", zoo_params(ZOO))
+def test_prepare_pipeline(grammar, alphabet, length):
+    result = prepare(grammar)
+    assert_no_left_recursion(result)
+    assert result.root_rule_name.startswith("root_wrapper")
+    assert result.root.body == RuleRef(grammar.root_rule_name)
+    assert result.root_rule_name not in referenced_names(result)
+    assert_same_language(grammar, result, alphabet, length)
+    assert prepare(result) == result  # idempotent
+    # new names are valid EBNF: the result prints and parses back to itself
+    assert ebnf(str(result), root=result.root_rule_name) == result
+
+
+def test_prepare_of_empty_language():
+    result = prepare(ebnf('root ::= a\na ::= a "x"'))
+    assert result == Grammar((Rule("root_wrapper", RuleRef("root")),
+                              Rule("root", MATCHES_NOTHING)), "root_wrapper")
+
+
+def test_prepare_does_not_clash_with_a_rule_named_root_wrapper():
+    grammar = ebnf('root ::= root_wrapper root_wrapper\nroot_wrapper ::= "x" | "y" root_wrapper')
+    result = prepare(grammar)
+    assert result.root_rule_name == "root_wrapper_1"
+    assert_same_language(grammar, result, b"xy", 6)
+
+
+def test_sizes_of_c_like_grammar_after_prepare():
+    grammar = ebnf(C_LIKE_EXPRESSIONS)
+    result = prepare(grammar)
+    assert grammar_size(result)[0] <= grammar_size(grammar)[0]
+    assert grammar_size(result)[1] <= grammar_size(grammar)[1]
+
+
+# ============================================================================ random grammars
+
+LETTERS = b"ab"
+
+
+@st.composite
+def small_grammars(draw):
+    """2-4 rules over {a, b}: literals (empty included), a class, references anywhere (left
+    edges included), sequences, choices and bounded/unbounded repeats."""
+    count = draw(st.integers(2, 4))
+    names = ["root"] + [f"r{i}" for i in range(1, count)]
+    leaves = st.one_of(
+        st.sampled_from([Literal(b""), Literal(b"a"), Literal(b"b"), Literal(b"ab"),
+                         CharClass(((ord("a"), ord("b")),))]),
+        st.sampled_from(names).map(RuleRef),
+        st.sampled_from(names).map(RuleRef),  # references twice as likely
+    )
+
+    def extend(children):
+        return st.one_of(
+            st.lists(children, min_size=2, max_size=3).map(lambda xs: Sequence(tuple(xs))),
+            st.lists(children, min_size=2, max_size=3).map(lambda xs: Choice(tuple(xs))),
+            st.tuples(children, st.integers(0, 2), st.sampled_from([None, 0, 1, 2])).map(
+                lambda t: Repeat(t[0], t[1], None if t[2] is None else t[1] + t[2])),
+        )
+
+    exprs = st.recursive(leaves, extend, max_leaves=5)
+    rules = tuple(Rule(name, draw(exprs)) for name in names)
+    return Grammar(rules, "root")
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(small_grammars())
+def test_random_grammars_prepare_keeps_language_and_removes_left_recursion(grammar):
+    eliminated = eliminate_left_recursion(grammar)
+    assert_no_left_recursion(eliminated)
+    prepared = prepare(grammar)
+    assert_no_left_recursion(prepared)
+    assert prepared.root_rule_name not in referenced_names(prepared)
+    assert_same_language(grammar, prepared, LETTERS, 5, walks=4, walk_length=12)
+    assert_same_language(grammar, eliminated, LETTERS, 4, walks=0)
+    assert prepare(prepared) == prepared
