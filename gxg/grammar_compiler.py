@@ -43,6 +43,7 @@ class CompiledGrammar:
     automaton: Automaton
     mask_cache: MaskCache
     _layout: Optional[KernelMaskLayout] = field(default=None, repr=False)
+    _host_tables: dict = field(default_factory=dict, repr=False)
 
     @property
     def kernel_layout(self) -> KernelMaskLayout:
@@ -52,6 +53,17 @@ class CompiledGrammar:
                                          self.tokenizer_info.sorted_token_ids,
                                          self.tokenizer_info.vocab_size)
         return self._layout
+
+    def host_tables(self, stop_token_ids: tuple):
+        """The CPU ops' view of this grammar for a set of stop tokens (built once per set and
+        cached on this object; matchers share it)."""
+        tables = self._host_tables.get(stop_token_ids)
+        if tables is None:
+            from gxg.ops.reference import HostTables
+            tables = HostTables(self.automaton, self.kernel_layout, self.tokenizer_info,
+                                stop_token_ids)
+            self._host_tables[stop_token_ids] = tables
+        return tables
 
     @property
     def memory_size_bytes(self) -> int:

@@ -26,6 +26,7 @@ the pool; both must give the same bits.
 """
 from __future__ import annotations
 
+import threading
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -35,6 +36,7 @@ from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
 from gxg.runtime import ErrorCode, RuntimeState
 
 MAX_WALK_STATES = 50_000  # the uncertain-token walk cache is rebuilt past this many states
+MAX_CACHED_STACKS = 4096  # (node, stack) answers kept for the uncertain-token check
 
 
 class StepFailed(Exception):
@@ -70,6 +72,23 @@ class HostTables:
         self.is_stop[self.stop_token_ids] = True
         self._walk_args = (tokenizer_info.token_bytes, tokenizer_info.token_offsets)
         self._walk: Optional[VocabularyWalk] = None
+        # A cache: (node, stack) -> token ids among the node's uncertain tokens that the stack
+        # accepts. The answer is a pure function of the key; bounded, cleared when full.
+        self._uncertain_accepted: dict = {}
+        self._lock = threading.Lock()
+
+    def uncertain_accepted(self, node: int, stack: Tuple[int, ...], sorted_indices) -> np.ndarray:
+        """Token ids among ``sorted_indices`` (the node's uncertain tokens) that ``stack``
+        accepts. Matchers on several threads share this object, hence the lock."""
+        key = (node, stack)
+        with self._lock:
+            hit = self._uncertain_accepted.get(key)
+            if hit is None:
+                if len(self._uncertain_accepted) >= MAX_CACHED_STACKS:
+                    self._uncertain_accepted.clear()
+                hit = self.sorted_token_ids[_walk_from_stack(self, stack, sorted_indices)]
+                self._uncertain_accepted[key] = hit
+        return hit
 
     def full_stack_walk(self) -> VocabularyWalk:
         """A cached walker over full stacks (a cache: rebuilt when it grows too large)."""
@@ -326,8 +345,7 @@ def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
         for entry, node, stack in zip(entries, nodes, state.stacks(slot)):
             lo, hi = layout.uncertain_offsets[node], layout.uncertain_offsets[node + 1]
             if hi > lo:
-                _set_bits(row, t.sorted_token_ids[
-                    _walk_from_stack(t, stack, layout.uncertain_tokens[lo:hi])])
+                _set_bits(row, t.uncertain_accepted(node, stack, layout.uncertain_tokens[lo:hi]))
     if state.can_end[slot] or state.terminated[slot] or state.error[slot]:
         _set_bits(row, t.stop_token_ids)
     return not _all_allowed(row, t.vocab_size)
@@ -346,11 +364,16 @@ def _set_bits(row: np.ndarray, token_ids: np.ndarray) -> None:
     if len(token_ids) == 0:
         return
     token_ids = np.asarray(token_ids, dtype=np.int64)
-    bits = np.zeros(row.shape[0] * 32, dtype=np.uint8)
-    bits[token_ids] = 1
-    row |= np.packbits(bits, bitorder="little").view(np.int32)
+    bits = np.left_shift(np.ones(len(token_ids), dtype=np.uint32),
+                         (token_ids & 31).astype(np.uint32))
+    np.bitwise_or.at(row.view(np.uint32), token_ids >> 5, bits)
 
 
 def _all_allowed(row: np.ndarray, vocab_size: int) -> bool:
-    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab_size]
-    return bool(bits.all())
+    full_words, tail = divmod(vocab_size, 32)
+    if not (row[:full_words] == -1).all():
+        return False
+    if tail == 0:
+        return True
+    tail_mask = (1 << tail) - 1
+    return (int(row[full_words]) & tail_mask) == tail_mask

@@ -325,3 +325,41 @@ def test_compiler_cache_and_empty_vocabulary():
     assert m.accept_string("aaa") and m.is_terminated()
     with pytest.raises(ValueError):
         GrammarCompiler("not a tokenizer info")
+
+
+# ----------------------------------------------------------------------------- property
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from test_passes import small_grammars  # noqa: E402
+
+TINY_VOCAB = [b"a", b"b", b"aa", b"ab", b"ba", b"bb", b"aab", b"abb", b"bab", b"", b"</s>"]
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(small_grammars(), st.randoms(use_true_random=False))
+def test_random_grammars_masks_match_recognizer(grammar, rng):
+    """Random grammars with left recursion, nullable rules, repeats and ambiguity: along a
+    random walk, every mask equals the recognizer's and the brute force's."""
+    info = TokenizerInfo(TINY_VOCAB, VocabType.RAW, stop_token_ids=[len(TINY_VOCAB) - 1])
+    compiled = GrammarCompiler(info, cache_enabled=False).compile_grammar(grammar)
+    recognizer = Recognizer(grammar)
+    matcher = GrammarMatcher(compiled)
+    consumed = b""
+    for _ in range(6):
+        try:
+            allowed = check_mask(matcher, recognizer, consumed, info)
+        except GrammarRuntimeError:
+            return  # a documented limit (e.g. very many parallel stacks) was reported
+        choices = np.nonzero(allowed)[0].tolist()
+        if not choices:
+            return
+        token = rng.choice(choices)
+        try:
+            assert matcher.accept_token(token)
+        except GrammarRuntimeError:
+            return
+        if token == len(TINY_VOCAB) - 1:
+            return
+        consumed += TINY_VOCAB[token]

@@ -32,7 +32,7 @@ from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.vocab_walk import TokenTrie, VocabularyWalk, walk_trie
 
 REJECTED, ACCEPTED, UNCERTAIN = 0, 1, 2
-NODES_PER_WALK = 64  # nodes walked through the trie together (bounds the walk's memory)
+NODES_PER_WALK = 64  # at most 2**15 for the int16 sort below; nodes walked through the trie together (bounds the walk's memory)
 
 
 class StoreType(enum.IntEnum):
@@ -92,14 +92,24 @@ def classify_nodes(walk: VocabularyWalk, classes_of: "_StateClasses", trie: Toke
     starts = [walk.intern(walk.walker.initial((int(node),))) for node in nodes]
     origin, tokens, final_states = walk_trie(walk, trie, np.array(starts, dtype=np.int32))
     classes = classes_of[final_states]
-    order = np.lexsort((tokens, origin))
+    order = np.argsort(origin.astype(np.int16), kind="stable")  # a radix sort: O(n)
     origin, tokens, classes = origin[order], tokens[order].astype(np.int32), classes[order]
     bounds = np.searchsorted(origin, np.arange(len(nodes) + 1))
     out = []
     for i in range(len(nodes)):
         t, c = tokens[bounds[i]: bounds[i + 1]], classes[bounds[i]: bounds[i + 1]]
-        out.append((t[c == ACCEPTED], t[c == UNCERTAIN]))
+        out.append((_ascending(t[c == ACCEPTED], trie.num_tokens),
+                    _ascending(t[c == UNCERTAIN], trie.num_tokens)))
     return out
+
+
+def _ascending(indices: np.ndarray, universe: int) -> np.ndarray:
+    """Sorted copy of distinct indices: a sort when few, a bitmap scan when many."""
+    if len(indices) * 64 < universe:
+        return np.sort(indices)
+    present = np.zeros(universe, dtype=bool)
+    present[indices] = True
+    return np.flatnonzero(present).astype(np.int32)
 
 
 class _StateClasses:
@@ -142,9 +152,12 @@ def adaptive_entry(accepted: np.ndarray, uncertain: np.ndarray, num_sorted: int
     return NodeTokenMask(store, np.zeros(0, np.int32), words, uncertain)
 
 
-def build_mask_cache(automaton: Automaton, trie: TokenTrie) -> MaskCache:
-    """Classify the sorted vocabulary (as a trie) from every scannable node."""
-    walker = StackWalker(automaton, escape_bottom=True)
+def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,
+                     context_expansion: bool = True) -> MaskCache:
+    """Classify the sorted vocabulary (as a trie) from every scannable node.
+    ``context_expansion=False`` is the paper's baseline (for measurements only): a token that
+    completes the node's rule with bytes left is uncertain whatever those bytes are."""
+    walker = StackWalker(automaton, escape_bottom=True, context_expansion=context_expansion)
     walk = VocabularyWalk(walker)
     classes_of = _StateClasses(walk)
     nodes = np.nonzero(automaton.is_scannable)[0].astype(np.int32)

@@ -33,6 +33,7 @@ Element = Tuple[Stack, bool, Optional[FrozenSet]]
 Config = FrozenSet[Element]
 
 END: Stack = ()
+ANYTHING: Stack = (-1,)  # an escape without context expansion: any bytes may follow
 EMPTY_CONFIG: Config = frozenset()
 
 
@@ -45,10 +46,13 @@ class StackWalker:
     """
 
     def __init__(self, automaton: Automaton, *, escape_bottom: bool = False,
-                 use_lookahead: bool = True):
+                 use_lookahead: bool = True, context_expansion: bool = True):
         self.automaton = automaton
         self.escape_bottom = escape_bottom
         self.use_lookahead = use_lookahead and escape_bottom
+        # Without context expansion an escape matches any bytes at all (the paper's baseline,
+        # kept to measure what the expansion saves).
+        self.context_expansion = context_expansion
         a = automaton
         self._next = a.next_node.tolist()
         self._class = a.byte_class.tolist()
@@ -85,6 +89,9 @@ class StackWalker:
             if not stack:
                 keep.append(element)
                 continue
+            if stack is ANYTHING:
+                keep.append(element)
+                continue
             top = stack[-1]
             if self._scannable[top]:
                 keep.append(element)
@@ -107,6 +114,8 @@ class StackWalker:
 
     def _escape(self, rule: int, escaped: bool, lookahead) -> List[Element]:
         """Elements for 'rule completed with an unknown caller': every return site."""
+        if not self.context_expansion:
+            return [(ANYTHING, True, None)]
         if not escaped and self.use_lookahead:
             lookahead = self._initial_lookahead(rule)
             if lookahead == EMPTY_CONFIG:
@@ -130,6 +139,9 @@ class StackWalker:
         for stack, escaped, lookahead in config:
             if not stack:
                 continue  # END: nothing may follow
+            if stack is ANYTHING:
+                advanced.append((stack, escaped, lookahead))
+                continue
             target = self._next[stack[-1]][cls]
             if target < 0:
                 continue

@@ -24,6 +24,7 @@ from gxg.compiler.stack_walk import EMPTY_CONFIG, Config, StackWalker
 
 DEAD = 0
 UNKNOWN = -1
+MAX_STATES = 1 << 23  # keys state * 256 + byte fit in int32
 
 
 class VocabularyWalk:
@@ -36,6 +37,8 @@ class VocabularyWalk:
             self.token_lengths = np.diff(self.token_offsets)
         byte_class = walker.automaton.byte_class
         self._byte_class = byte_class.tolist()
+        self._byte_class_array = byte_class
+        self._next_node = walker.automaton.next_node
         self._class_members = [np.nonzero(byte_class == c)[0]
                                for c in range(int(byte_class.max()) + 1)]
         self.configs: List[Config] = [EMPTY_CONFIG]
@@ -48,20 +51,41 @@ class VocabularyWalk:
         state = self._ids.get(config)
         if state is None:
             state = len(self.configs)
+            if state >= MAX_STATES:
+                raise OverflowError(f"more than {MAX_STATES} walk configurations")
             self.configs.append(config)
             self._ids[config] = state
             if (state + 1) * 256 > self._transition.shape[0]:
                 grown = np.full(2 * self._transition.shape[0], UNKNOWN, dtype=np.int32)
                 grown[: self._transition.shape[0]] = self._transition
                 self._transition = grown
+            self._mark_dead_bytes(state, config)
         return state
+
+    def _mark_dead_bytes(self, state: int, config: Config) -> None:
+        """Bytes that no element of the configuration can scan lead to DEAD: fill them in
+        one assignment instead of running the closure for each."""
+        tops = [stack[-1] for stack, _, _ in config if stack]
+        if not tops or -1 in tops:  # END only (nothing scans), or ANYTHING (everything does)
+            if not tops:
+                self._transition[state * 256: state * 256 + 256] = DEAD
+            return
+        scannable = (self._next_node[tops] >= 0).any(axis=0)
+        dead = ~scannable[self._byte_class_array]
+        self._transition[state * 256 + np.flatnonzero(dead)] = DEAD
 
     def transitions(self, states: np.ndarray, byte_values: np.ndarray) -> np.ndarray:
         """``transition[states, bytes]``, computing the entries never needed before."""
-        keys = states.astype(np.int64) * 256 + byte_values
+        keys = states.astype(np.int32)  # state * 256 stays below 2**31 (see intern)
+        keys <<= 8
+        keys |= byte_values
+        return self.lookup(keys)
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """``transition`` at ``state * 256 + byte`` keys (any shape)."""
         result = self._transition[keys]
-        missing = result == UNKNOWN
-        if missing.any():
+        if len(result) and result.min() == UNKNOWN:
+            missing = result == UNKNOWN
             # A step depends on the byte only through its class: compute one byte per
             # (state, class) and fill the whole class.
             members = self._class_members
@@ -153,49 +177,96 @@ class TokenTrie:
             self.level_child_lo.append(np.searchsorted(nxt, this, side="left"))
             self.level_child_hi.append(np.searchsorted(nxt, following, side="left"))
         self.max_depth = max_depth
+        # Dense walks read every node of a level: its parent (a position in the level above)
+        # and the positions that end a token.
+        self.level_parent = [np.zeros(0, np.int64)]
+        self.level_end_positions = [np.zeros(0, np.int64)]
+        for d in range(1, max_depth + 1):
+            lo, hi = self.level_child_lo[d - 1], self.level_child_hi[d - 1]
+            self.level_parent.append(np.repeat(np.arange(len(lo)), hi - lo))
+            self.level_end_positions.append(np.flatnonzero(self.level_token_end[d] >= 0))
+
+
+DENSE_FRACTION = 0.25  # an origin alive on this share of a level walks whole levels
 
 
 def walk_trie(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray):
-    """Walk every token from each start state at once, through the trie (one numpy pass per
-    byte level for all starts together).
+    """Walk every token from each start state at once, through the trie.
 
     Returns (origin, token, state) arrays: for every start ``origin`` (an index into
     ``starts``) and every sorted token index ``token`` whose bytes all survive from it, the
     final ``state``. Tokens missing for an origin were rejected.
+
+    Two regimes, one numpy pass per byte level each: *sparse* — the live (origin, prefix)
+    pairs only, expanding each live prefix into its children (a rejected prefix costs nothing
+    below it); *dense* — for an origin that keeps most prefixes alive (e.g. inside a string),
+    whole levels at once, each prefix reading its parent's state, which needs far fewer passes
+    per prefix. An origin switches to dense after level 2 when it is alive on more than
+    DENSE_FRACTION of that level.
     """
     starts = np.asarray(starts, dtype=np.int32)
     origin = np.arange(len(starts), dtype=np.int64)
     nodes = np.zeros(len(starts), np.int64)
     states = starts.copy()
-    found_origin, found_token, found_state = [], [], []
+    found = []
+    dense_origins, dense_states = np.zeros(0, np.int64), None
     for d in range(1, trie.max_depth + 1):
         lo = trie.level_child_lo[d - 1][nodes]
         counts = trie.level_child_hi[d - 1][nodes] - lo
-        total = int(counts.sum())
+        ends_cumulative = np.cumsum(counts)
+        total = int(ends_cumulative[-1]) if len(counts) else 0
         if total == 0:
             break
         # positions lo..hi-1 of every live parent, concatenated
-        first = np.cumsum(counts) - counts
-        children = np.repeat(lo - first, counts) + np.arange(total)
-        parent = np.repeat(np.arange(len(nodes)), counts)
-        targets = walk.transitions(states[parent], trie.level_byte[d][children])
-        live = np.nonzero(targets != DEAD)[0]
-        nodes, states, origin = children[live], targets[live], origin[parent[live]]
+        children = np.repeat(lo - (ends_cumulative - counts), counts)
+        children += np.arange(total)
+        targets = walk.transitions(np.repeat(states, counts), trie.level_byte[d][children])
+        live = np.flatnonzero(targets)  # DEAD == 0
+        nodes, states = children[live], targets[live]
+        origin = np.repeat(origin, counts)[live]
         ends = trie.level_token_end[d][nodes]
         is_end = ends >= 0
-        found_origin.append(origin[is_end])
-        found_token.append(ends[is_end])
-        found_state.append(states[is_end])
-    if not found_token:
+        found.append((origin[is_end], ends[is_end], states[is_end]))
+        if d == 2 and len(nodes):
+            level_size = len(trie.level_byte[d])
+            per_origin = np.bincount(origin, minlength=len(starts))
+            dense_origins = np.flatnonzero(per_origin > DENSE_FRACTION * level_size)
+            if len(dense_origins):
+                row_of = np.full(len(starts), -1, np.int64)
+                row_of[dense_origins] = np.arange(len(dense_origins))
+                rows = row_of[origin]
+                to_dense = rows >= 0
+                dense_states = np.zeros((len(dense_origins), level_size), np.int32)
+                dense_states[rows[to_dense], nodes[to_dense]] = states[to_dense]
+                nodes, states, origin = nodes[~to_dense], states[~to_dense], origin[~to_dense]
+                found.extend(_walk_dense(walk, trie, dense_origins, dense_states, d + 1))
+    if not found:
         empty = np.zeros(0, np.int64)
         return empty, empty, np.zeros(0, np.int32)
-    origin = np.concatenate(found_origin)
-    tokens = np.concatenate(found_token)
-    final = np.concatenate(found_state)
+    origin = np.concatenate([f[0] for f in found])
+    tokens = np.concatenate([f[1] for f in found])
+    final = np.concatenate([f[2] for f in found]).astype(np.int32)
     duplicates = np.nonzero(trie.duplicate_of >= 0)[0]
     if len(duplicates):
         origin, tokens, final = _add_duplicates(trie, duplicates, origin, tokens, final)
     return origin, tokens, final
+
+
+def _walk_dense(walk, trie: TokenTrie, origins: np.ndarray, states: np.ndarray, depth: int):
+    """Levels ``depth`` .. max of the trie for the given origins, whole levels at a time;
+    ``states`` [origins, size of level depth-1] holds their states one level up."""
+    for d in range(depth, trie.max_depth + 1):
+        keys = states[:, trie.level_parent[d]]  # int32: state * 256 stays below 2**31
+        keys <<= 8
+        keys |= trie.level_byte[d]
+        states = walk.lookup(keys)
+        ends = trie.level_end_positions[d]
+        if len(ends):
+            at_ends = states[:, ends]
+            rows, columns = np.nonzero(at_ends)
+            yield origins[rows], trie.level_token_end[d][ends[columns]], at_ends[rows, columns]
+        if d % 8 == 0 and not states.any():
+            return
 
 
 def _add_duplicates(trie, duplicates, origin, tokens, final):

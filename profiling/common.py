@@ -1,0 +1,80 @@
+"""Shared pieces of the benchmarks: timing, tables, JSON output, documents to walk.
+
+Every benchmark prints a table and writes JSON under profiling/results/ (``--out`` overrides).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence
+
+REPO = Path(__file__).resolve().parent.parent
+MASKBENCH = REPO.parent / "shared" / "maskbench" / "data"
+RESULTS = REPO / "profiling" / "results"
+
+
+def machine() -> Dict[str, object]:
+    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "python": platform.python_version()}
+
+
+def median_seconds(run: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def print_table(rows: List[Dict[str, object]], columns: List[str]) -> None:
+    widths = {c: max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns}
+    print(" | ".join(c.ljust(widths[c]) for c in columns))
+    print("-|-".join("-" * widths[c] for c in columns))
+    for row in rows:
+        print(" | ".join(_fmt(row.get(c)).ljust(widths[c]) for c in columns))
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return "" if value is None else str(value)
+
+
+def write_json(name: str, payload: Dict[str, object], out: Path = None) -> Path:
+    path = out or RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"machine": machine(), **payload}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def maskbench_documents(limit: int, root_types=(dict, list)) -> List[str]:
+    """Valid MaskBench instances (object or array at the top), serialised as the benchmark
+    does: json.dumps(data, ensure_ascii=False)."""
+    docs = []
+    if not MASKBENCH.is_dir():
+        return docs
+    for path in sorted(MASKBENCH.glob("*.json")):
+        case = json.loads(path.read_text())
+        for test in case.get("tests", []):
+            if test.get("valid") and isinstance(test.get("data"), root_types):
+                docs.append(json.dumps(test["data"], ensure_ascii=False))
+                break
+        if len(docs) >= limit:
+            break
+    return docs
