@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import threading
+from concurrent.futures import Future
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -184,6 +185,7 @@ class GrammarCompiler:
         self._cache: "OrderedDict[tuple, CompiledGrammar]" = OrderedDict()
         self._lock = threading.Lock()
         self._trie: Optional[TokenTrie] = None  # the vocabulary's token trie, built once
+        self._pending: dict = {}  # key -> Future of a compilation in progress
 
     # ------------------------------------------------------------------ compile_*
     def compile_grammar(self, grammar: Union[str, Grammar], *, root_rule_name: str = "root"
@@ -206,21 +208,39 @@ class GrammarCompiler:
 
     # ------------------------------------------------------------------ cache
     def _compiled(self, key: tuple, make_grammar) -> CompiledGrammar:
-        if self.cache_enabled:
-            with self._lock:
-                hit = self._cache.get(key)
-                if hit is not None:
-                    self._cache.move_to_end(key)
-                    return hit
-        if self._trie is None:
-            self._trie = token_trie(self.tokenizer_info)
-        compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, self._trie)
-        if self.cache_enabled:
-            with self._lock:
-                self._cache[key] = compiled
+        if not self.cache_enabled:
+            return compile_grammar_ir(make_grammar(), self.tokenizer_info, self._token_trie())
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
                 self._cache.move_to_end(key)
-                self._evict()
+                return hit
+            pending = self._pending.get(key)
+            owner = pending is None
+            if owner:  # this thread compiles; others asking for the same key wait for it
+                pending = self._pending[key] = Future()
+        if not owner:
+            return pending.result()
+        try:
+            compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info,
+                                          self._token_trie())
+        except BaseException as error:
+            with self._lock:
+                del self._pending[key]
+            pending.set_exception(error)
+            raise
+        with self._lock:
+            del self._pending[key]
+            self._cache[key] = compiled
+            self._evict()
+        pending.set_result(compiled)
         return compiled
+
+    def _token_trie(self) -> TokenTrie:
+        with self._lock:
+            if self._trie is None:
+                self._trie = token_trie(self.tokenizer_info)
+            return self._trie
 
     def _evict(self) -> None:
         if self.cache_limit_bytes < 0:

@@ -18,8 +18,17 @@ RESULTS = REPO / "profiling" / "results"
 
 
 def machine() -> Dict[str, object]:
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "python": platform.python_version()}
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def median_seconds(run: Callable[[], object], repeats: int) -> float:

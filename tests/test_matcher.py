@@ -363,3 +363,36 @@ def test_random_grammars_masks_match_recognizer(grammar, rng):
         if token == len(TINY_VOCAB) - 1:
             return
         consumed += TINY_VOCAB[token]
+
+
+def test_compiler_cache_is_thread_safe_and_compiles_once():
+    from concurrent.futures import ThreadPoolExecutor
+    import gxg.grammar_compiler as gc
+    info = TokenizerInfo([b"a", b"b", b"ab"], VocabType.RAW)
+    compiler = GrammarCompiler(info)
+    calls = []
+    original = gc.compile_grammar_ir
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    gc.compile_grammar_ir = counting
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda _: compiler.compile_grammar('root ::= ("a" | "b")+'),
+                                    range(32)))
+    finally:
+        gc.compile_grammar_ir = original
+    assert all(r is results[0] for r in results)
+    assert len(calls) == 1
+
+
+def test_cache_limit_evicts_least_recently_used():
+    info = TokenizerInfo([b"a", b"b"], VocabType.RAW)
+    first = GrammarCompiler(info).compile_grammar('root ::= "a"')
+    compiler = GrammarCompiler(info, cache_limit_bytes=first.memory_size_bytes)
+    a = compiler.compile_grammar('root ::= "a"')
+    compiler.compile_grammar('root ::= "b"')          # evicts "a"
+    assert compiler.get_cache_size_bytes() <= first.memory_size_bytes
+    assert compiler.compile_grammar('root ::= "a"') is not a
