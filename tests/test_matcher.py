@@ -396,3 +396,9 @@ def test_cache_limit_evicts_least_recently_used():
     compiler.compile_grammar('root ::= "b"')          # evicts "a"
     assert compiler.get_cache_size_bytes() <= first.memory_size_bytes
     assert compiler.compile_grammar('root ::= "a"') is not a
+
+
+@pytest.mark.parametrize("name,ebnf,sentences", GRAMMAR_ZOO, ids=[z[0] for z in GRAMMAR_ZOO])
+def test_zoo_grammars_print_and_parse_back(name, ebnf, sentences):
+    grammar = zoo_grammar(ebnf)
+    assert gxg.Grammar.from_ebnf(str(grammar), root_rule_name=grammar.root_rule_name) == grammar
