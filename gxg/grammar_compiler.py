@@ -23,7 +23,8 @@ import numpy as np
 
 from gxg.compiler.automaton import Automaton, build_automaton
 from gxg.compiler.mask_cache import (
-    KernelMaskLayout, MaskCache, NodeTokenMask, StoreType, build_mask_cache, kernel_layout,
+    ContextPairs, KernelMaskLayout, MaskCache, NodeTokenMask, StoreType, build_context_pairs,
+    build_mask_cache, kernel_layout,
 )
 from gxg.compiler.passes import prepare
 from gxg.compiler.vocab_walk import TokenTrie
@@ -45,6 +46,7 @@ class CompiledGrammar:
     mask_cache: MaskCache
     _layout: Optional[KernelMaskLayout] = field(default=None, repr=False)
     _host_tables: dict = field(default_factory=dict, repr=False)
+    _context_pairs: Optional[ContextPairs] = field(default=None, repr=False)
 
     @property
     def kernel_layout(self) -> KernelMaskLayout:
@@ -54,6 +56,16 @@ class CompiledGrammar:
                                          self.tokenizer_info.sorted_token_ids,
                                          self.tokenizer_info.vocab_size)
         return self._layout
+
+    @property
+    def context_pairs(self) -> ContextPairs:
+        """Second-level classification of the uncertain tokens (derived on first use; cached)."""
+        if self._context_pairs is None:
+            info = self.tokenizer_info
+            self._context_pairs = build_context_pairs(self.automaton, self.mask_cache,
+                                                      info.token_bytes, info.token_offsets,
+                                                      info.sorted_token_ids)
+        return self._context_pairs
 
     def host_tables(self, stop_token_ids: tuple):
         """The CPU ops' view of this grammar for a set of stop tokens (built once per set and

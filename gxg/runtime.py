@@ -15,6 +15,8 @@ Out: ``RuntimeState``: plain arrays (numpy on the host; the GPU runtime holds th
      can_end      int8  [B]        the root rule can complete now (a stop token is allowed)
      terminated   int8  [B]        a stop token was accepted
      error        int32 [B]        ``ErrorCode``; kept until reset
+     grammar      int32 [B]        grammar id in the device arena (-1: unbound; the CPU
+                                   matcher, one grammar, uses 0)
      hist_*       [B, H, ...]      ring of the H states before the last H steps (tops, count,
                                    pool size, can_end, terminated); rollback of n ≤ hist_len
      hist_len     int32 [B]        steps in the ring                     tokens is a restore
@@ -37,6 +39,8 @@ class ErrorCode(enum.IntEnum):
     POOL_FULL = 2         # the stack pool is full even after compaction (very deep nesting or
                           # very many parallel stacks): raise pool_entries
     CLOSURE_TOO_LARGE = 3 # one closure visited more than ``max_closure`` stack tops
+    ROLLBACK_TOO_FAR = 4  # a batched rollback asked for more steps than the history holds
+    UNCERTAIN_WALK_TOO_LARGE = 5  # a GPU uncertain-token walk outgrew its local stack space
 
 
 ERROR_MESSAGES = {
@@ -45,6 +49,10 @@ ERROR_MESSAGES = {
     ErrorCode.POOL_FULL: "the stack pool ({pool_entries} entries) is full even after compaction "
                          "(nesting too deep or too many parallel stacks)",
     ErrorCode.CLOSURE_TOO_LARGE: "a closure visited more than max_closure={max_closure} stacks",
+    ErrorCode.ROLLBACK_TOO_FAR: "a rollback asked for more steps than the history holds "
+                                "(history={history})",
+    ErrorCode.UNCERTAIN_WALK_TOO_LARGE: "an uncertain-token walk on the GPU needed more local "
+                                        "stack space than the kernel has",
 }
 
 
@@ -53,12 +61,17 @@ class RuntimeLimits:
     max_stacks: int = 64          # K: live stack tops per slot
     pool_entries: int = 16384     # P: persistent stack entries per slot (bounds nesting depth)
     history: int = 64             # H: steps that can be rolled back
-    max_closure: int = 4096       # (node, parent) pairs one closure may visit
+    max_closure: int = 512        # (node, parent) pairs one closure may visit
 
     def __post_init__(self):
         for name in ("max_stacks", "pool_entries", "history", "max_closure"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RuntimeLimits.{name} must be >= 1")
+
+    @property
+    def work_capacity(self) -> int:
+        """Pending (node, parent) items one closure's work list may hold."""
+        return 4 * self.max_closure
 
     def message(self, code: int) -> str:
         return ERROR_MESSAGES[ErrorCode(code)].format(**self.__dict__)
@@ -75,6 +88,7 @@ class RuntimeState:
     can_end: np.ndarray
     terminated: np.ndarray
     error: np.ndarray
+    grammar: np.ndarray
     hist_tops: np.ndarray
     hist_num_tops: np.ndarray
     hist_pool_size: np.ndarray
@@ -96,6 +110,7 @@ class RuntimeState:
             can_end=np.zeros(b, np.int8),
             terminated=np.zeros(b, np.int8),
             error=np.zeros(b, np.int32),
+            grammar=np.zeros(b, np.int32),
             hist_tops=np.zeros((b, h, k), np.int32),
             hist_num_tops=np.zeros((b, h), np.int32),
             hist_pool_size=np.zeros((b, h), np.int32),
@@ -104,6 +119,19 @@ class RuntimeState:
             hist_len=np.zeros(b, np.int32),
             hist_head=np.zeros(b, np.int32),
         )
+
+    FIELDS = ("pool_node", "pool_parent", "pool_size", "tops", "num_tops", "can_end",
+              "terminated", "error", "grammar", "hist_tops", "hist_num_tops", "hist_pool_size",
+              "hist_can_end", "hist_terminated", "hist_len", "hist_head")
+
+    def arrays(self) -> list:
+        """The fields in ``FIELDS`` order (how the ops receive the state)."""
+        return [getattr(self, name) for name in self.FIELDS]
+
+    @staticmethod
+    def from_arrays(limits: RuntimeLimits, arrays) -> "RuntimeState":
+        """A view over arrays in ``FIELDS`` order (numpy arrays, or CPU tensors' .numpy())."""
+        return RuntimeState(limits, **dict(zip(RuntimeState.FIELDS, arrays)))
 
     @property
     def batch_size(self) -> int:

@@ -145,6 +145,8 @@ def _close(state: RuntimeState, slot: int, t: HostTables,
                 can_end = True
             else:
                 pushes.append((int(pool_node[parent]), int(pool_parent[parent]), parent))
+        if len(work) + len(pushes) > limits.work_capacity:
+            raise StepFailed(ErrorCode.CLOSURE_TOO_LARGE)
         work.extend(reversed(pushes))
     return tops, can_end
 
@@ -159,6 +161,8 @@ def _advance(state, slot, t: HostTables, tops: List[int], byte: int):
             seeds.append((target, int(pool_parent[entry]), -1))
     if not seeds:
         return None
+    if len(seeds) > state.limits.work_capacity:
+        raise StepFailed(ErrorCode.CLOSURE_TOO_LARGE)
     return _close(state, slot, t, seeds)
 
 
@@ -236,6 +240,7 @@ def reset(state: RuntimeState, slot: int, t: HostTables) -> None:
         tops, can_end = _close(state, slot, t, [(t.root_start, -1, -1)])
     except StepFailed as failed:
         state.error[slot] = failed.code
+        state.pool_size[slot] = 0
         tops, can_end = [], False
     _write_tops(state, slot, tops, can_end)
 

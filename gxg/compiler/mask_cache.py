@@ -216,3 +216,104 @@ def kernel_layout(cache: MaskCache, num_nodes: int, sorted_token_ids: np.ndarray
         tokens[offsets[node]: offsets[node + 1]] = part
     accept_rows = np.stack(rows) if rows else np.zeros((0, words), dtype=np.int32)
     return KernelMaskLayout(node_row, accept_rows, offsets.astype(np.int32), tokens)
+
+
+# ----------------------------------------------------------------------------- second level
+
+
+@dataclass(frozen=True, eq=False)
+class ContextPairs:
+    """Uncertain tokens re-classified with one more frame of context (the node below the top).
+
+    At run time a live top is a stack (..., r, n): the node n and, below it, the return node r
+    of its caller (or the bottom). For every scannable node n with uncertain tokens and every
+    r that can sit directly below n's rule (``below_nodes``), n's uncertain tokens are walked
+    from the stack (r, n), escaping past r's frame into every caller as the first level does
+    (no lookahead: the run-time check ignores it too). Accepted there means accepted whatever
+    lies below r; the rest of the uncertain tokens that survive are the only ones the GPU walks
+    against the real stack. A pair with r = -1 is the bottom: nothing is left uncertain.
+
+    node_pair_offsets  int32 [num_nodes + 1]  CSR over nodes of their pairs
+    pair_below         int32 [P]              r (-1: the bottom)
+    pair_acc_offsets   int32 [P + 1]          accepted token ids (CSR)
+    pair_acc_tokens    int32 [A]
+    pair_unc_offsets   int32 [P + 1]          still uncertain sorted-vocabulary indices (CSR)
+    pair_unc_tokens    int32 [U2]
+    """
+
+    node_pair_offsets: np.ndarray
+    pair_below: np.ndarray
+    pair_acc_offsets: np.ndarray
+    pair_acc_tokens: np.ndarray
+    pair_unc_offsets: np.ndarray
+    pair_unc_tokens: np.ndarray
+
+
+def below_nodes(automaton: Automaton) -> List[set]:
+    """For each rule, the nodes that can sit directly below a frame of it in a stack
+    (-1: the bottom). A call through a non-pure return puts that return node below the callee;
+    a tail call (pure return) puts below the callee whatever was below the caller."""
+    a = automaton
+    below: List[set] = [set() for _ in range(a.num_rules)]
+    below[a.root_rule].add(-1)
+    tail_calls: List[Tuple[int, int]] = []  # (caller rule, callee rule)
+    for node in range(a.num_nodes):
+        caller = int(a.node_rule[node])
+        for rule, ret in a.refs(node):
+            if a.is_pure_return[ret]:
+                tail_calls.append((caller, rule))
+            else:
+                below[rule].add(int(ret))
+    changed = True
+    while changed:
+        changed = False
+        for caller, callee in tail_calls:
+            missing = below[caller] - below[callee]
+            if missing:
+                below[callee] |= missing
+                changed = True
+    return below
+
+
+def build_context_pairs(automaton: Automaton, cache: MaskCache, token_bytes: np.ndarray,
+                        token_offsets: np.ndarray, sorted_token_ids: np.ndarray
+                        ) -> ContextPairs:
+    escaping = VocabularyWalk(StackWalker(automaton, escape_bottom=True, use_lookahead=False),
+                              token_bytes, token_offsets)
+    bottom = VocabularyWalk(StackWalker(automaton, escape_bottom=False), token_bytes,
+                            token_offsets)
+    classes_of = _StateClasses(escaping)
+    below = below_nodes(automaton)
+    pair_offsets = np.zeros(automaton.num_nodes + 1, dtype=np.int64)
+    pairs_below, acc_parts, unc_parts = [], [], []
+    for node, entry in zip(cache.nodes.tolist(), cache.entries):
+        uncertain = entry.uncertain
+        if len(uncertain) == 0:
+            continue
+        for r in sorted(below[int(automaton.node_rule[node])]):
+            if r < 0:
+                start = bottom.intern(frozenset({((node,), False, None)}))
+                final = bottom.walk_pairs(np.full(len(uncertain), start, np.int32), uncertain)
+                accepted, still = uncertain[final != 0], uncertain[:0]
+            else:
+                start = escaping.intern(frozenset({((r, node), False, None)}))
+                final = escaping.walk_pairs(np.full(len(uncertain), start, np.int32),
+                                            uncertain)
+                classes = classes_of[final]
+                accepted, still = uncertain[classes == ACCEPTED], uncertain[classes == UNCERTAIN]
+            pairs_below.append(r)
+            acc_parts.append(np.sort(sorted_token_ids[accepted]).astype(np.int32))
+            unc_parts.append(still.astype(np.int32))
+            pair_offsets[node + 1] += 1
+    np.cumsum(pair_offsets, out=pair_offsets)
+
+    def csr(parts):
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in parts], out=offsets[1:])
+        values = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        return offsets.astype(np.int32), values.astype(np.int32)
+
+    acc_offsets, acc_tokens = csr(acc_parts)
+    unc_offsets, unc_tokens = csr(unc_parts)
+    return ContextPairs(pair_offsets.astype(np.int32), np.array(pairs_below, dtype=np.int32),
+                        acc_offsets, acc_tokens, unc_offsets, unc_tokens)

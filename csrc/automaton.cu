@@ -1,0 +1,620 @@
+// Automaton walks of gxg's runtime on the GPU: accept, reset, rollback, uncertain-token check.
+//
+// In:  a pointer table (``Ptr`` indices below) to the RuntimeState fields (gxg/runtime.py,
+//      RuntimeState.FIELDS) and the DeviceArena buffers (gxg/arena.py, ARENA_FIELDS), plus the
+//      per-launch arguments (token ids, rollback counts, the bitmask).
+// Out: the state advanced exactly as ops/reference.py advances it, entry for entry: the same
+//      moves in the same order (scan every top, close the new stacks with a LIFO work list in
+//      seed order, one visit per (node, parent), pool entries reused or appended, window
+//      compaction after a token, global compaction before a step when the pool is 3/4 full).
+//
+// Kernels
+//   xg_accept      grid B x 32 threads, lane 0 of one warp per slot (the per-slot control flow
+//                  diverges, so slots sharing a warp would run one after another). Per token: the token's
+//                  bytes (a few), per byte one scan of every top and a closure; reads the
+//                  automaton tables (L1/L2 resident: a grammar is KBs) and the slot's pool;
+//                  writes O(new entries) pool words + one history record (K+5 ints).
+//   xg_reset       same grid; the closure of the root start.
+//   xg_rollback    grid ceil(B/64) x 64, one thread per slot; restores a history record
+//                  (K+5 ints per step rolled back; no divergence to speak of).
+//   xg_uncertain   grid B x 256 threads: one block per slot; for each live top, one thread per
+//                  uncertain token of the top's node; each thread walks its token's bytes from
+//                  the full stack (pops read the pool, pushes stay in the thread's local
+//                  memory) and ORs the token's bit into the bitmask row (atomicOr). Reads per
+//                  token: its bytes, the tables, the stack entries it pops.
+// Invariants
+//   * node ids in the state are local to the slot's grammar; table row = node_base + node;
+//   * a parent entry's index is smaller than its child's (compaction keeps order);
+//   * an op that hits a limit leaves the state as it was (pool size restored) and sets error;
+//   * unbound slots (grammar < 0) accept every token and keep no state.
+
+#define P_POOL_NODE 0
+#define P_POOL_PARENT 1
+#define P_POOL_SIZE 2
+#define P_TOPS 3
+#define P_NUM_TOPS 4
+#define P_CAN_END 5
+#define P_TERMINATED 6
+#define P_ERROR 7
+#define P_GRAMMAR 8
+#define P_HIST_TOPS 9
+#define P_HIST_NUM_TOPS 10
+#define P_HIST_POOL_SIZE 11
+#define P_HIST_CAN_END 12
+#define P_HIST_TERMINATED 13
+#define P_HIST_LEN 14
+#define P_HIST_HEAD 15
+#define P_NODE_BASE 16
+#define P_ROOT 17
+#define P_BYTE_CLASS 18
+#define P_CLASSES 19
+#define P_NODE_NEXT 20
+#define P_NEXT_FLAT 21
+#define P_NODE_FLAGS 22
+#define P_REF_LO 23
+#define P_REF_HI 24
+#define P_REF_START 25
+#define P_REF_RETURN 26
+#define P_NODE_ROW 27
+#define P_UNC_LO 28
+#define P_UNC_HI 29
+#define P_ACCEPT_ROWS 30
+#define P_UNCERTAIN 31
+#define P_TOKEN_BYTES 32
+#define P_TOKEN_OFFSETS 33
+#define P_SORTED_IDS 34
+#define P_ID_OFFSETS 35
+#define P_ID_BYTES 36
+#define P_IS_STOP 37
+#define P_STOP_WORDS 38
+#define P_NODE_PAIR_LO 39
+#define P_NODE_PAIR_HI 40
+#define P_PAIR_BELOW 41
+#define P_PAIR_ACC_LO 42
+#define P_PAIR_ACC_HI 43
+#define P_PAIR_UNC_LO 44
+#define P_PAIR_UNC_HI 45
+#define P_PAIR_ACC_TOKENS 46
+#define P_PAIR_UNC_TOKENS 47
+#define P_WORK 48        // int32 [B, WORK_CAP, 3]   closure work list
+#define P_SEEN 49        // int32 [B, MAX_CLOSURE, 2] visited (node, parent)
+#define P_TOPS_A 50      // int32 [B, K]             tops being built
+#define P_TOPS_B 51      // int32 [B, K]
+#define P_MARK 52        // int32 [B, P]             compaction marks / new indices
+#define P_LIMITS 53      // int32 [8]: P, K, H, MAX_CLOSURE, WORK_CAP, V
+
+#define FLAG_FINAL 1
+#define FLAG_SCANNABLE 2
+#define FLAG_PURE_RETURN 4
+
+#define ERR_TOO_MANY_STACKS 1
+#define ERR_POOL_FULL 2
+#define ERR_CLOSURE_TOO_LARGE 3
+#define ERR_ROLLBACK_TOO_FAR 4
+#define ERR_UNCERTAIN_WALK_TOO_LARGE 5
+
+typedef unsigned long long u64;
+
+template <typename T>
+__device__ __forceinline__ T* ptr(const u64* table, int index) {
+  return reinterpret_cast<T*>(table[index]);
+}
+
+struct Limits {
+  int P, K, H, max_closure, work_cap, V;
+};
+
+__device__ __forceinline__ Limits load_limits(const u64* t) {
+  const int* l = ptr<const int>(t, P_LIMITS);
+  Limits limits = {l[0], l[1], l[2], l[3], l[4], l[5]};
+  return limits;
+}
+
+// One slot's view of the tables and state.
+struct Slot {
+  const u64* t;
+  Limits lim;
+  int b;
+  int base;          // node_base of the slot's grammar
+  int grammar;
+  int* pool_node;    // this slot's pool rows
+  int* pool_parent;
+  int* pool_size;    // &pool_size[b]
+  // tables
+  const int* node_next;
+  const int* next_flat;
+  const int* node_flags;
+  const int* ref_lo;
+  const int* ref_hi;
+  const int* ref_start;
+  const int* ref_return;
+  const int* byte_class;  // this grammar's row
+};
+
+__device__ Slot make_slot(const u64* t, int b) {
+  Slot s;
+  s.t = t;
+  s.lim = load_limits(t);
+  s.b = b;
+  s.grammar = ptr<int>(t, P_GRAMMAR)[b];
+  int g = s.grammar < 0 ? 0 : s.grammar;
+  s.base = ptr<const int>(t, P_NODE_BASE)[g];
+  s.pool_node = ptr<int>(t, P_POOL_NODE) + (size_t)b * s.lim.P;
+  s.pool_parent = ptr<int>(t, P_POOL_PARENT) + (size_t)b * s.lim.P;
+  s.pool_size = ptr<int>(t, P_POOL_SIZE) + b;
+  s.node_next = ptr<const int>(t, P_NODE_NEXT);
+  s.next_flat = ptr<const int>(t, P_NEXT_FLAT);
+  s.node_flags = ptr<const int>(t, P_NODE_FLAGS);
+  s.ref_lo = ptr<const int>(t, P_REF_LO);
+  s.ref_hi = ptr<const int>(t, P_REF_HI);
+  s.ref_start = ptr<const int>(t, P_REF_START);
+  s.ref_return = ptr<const int>(t, P_REF_RETURN);
+  s.byte_class = ptr<const int>(t, P_BYTE_CLASS) + (size_t)g * 256;
+  return s;
+}
+
+__device__ __forceinline__ int flags_of(const Slot& s, int node) {
+  return s.node_flags[s.base + node];
+}
+
+__device__ __forceinline__ int scan(const Slot& s, int node, int byte) {
+  return s.next_flat[s.node_next[s.base + node] + s.byte_class[byte]];
+}
+
+// ----------------------------------------------------------------------------- closure
+
+// Entry for (node, parent): one created earlier in this closure ([created_from, size)), else a
+// new one. Returns -1 (and sets *error) if the pool is full.
+__device__ int entry_for(Slot& s, int node, int parent, int created_from, int* error) {
+  int size = *s.pool_size;
+  for (int i = created_from; i < size; ++i)
+    if (s.pool_node[i] == node && s.pool_parent[i] == parent) return i;
+  if (size >= s.lim.P) {
+    *error = ERR_POOL_FULL;
+    return -1;
+  }
+  s.pool_node[size] = node;
+  s.pool_parent[size] = parent;
+  *s.pool_size = size + 1;
+  return size;
+}
+
+// Close the seeds (already on the work list, in LIFO order); writes the new tops into
+// ``tops_out`` and returns their count, or -1 with *error set.
+__device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_end,
+                     int* error) {
+  int* seen = ptr<int>(s.t, P_SEEN) + (size_t)s.b * s.lim.max_closure * 2;
+  int seen_len = 0;
+  int num_tops = 0;
+  int created_from = *s.pool_size;
+  *can_end = 0;
+  while (work_len > 0) {
+    --work_len;
+    int node = work[3 * work_len], parent = work[3 * work_len + 1],
+        entry = work[3 * work_len + 2];
+    bool visited = false;
+    for (int i = 0; i < seen_len; ++i)
+      if (seen[2 * i] == node && seen[2 * i + 1] == parent) { visited = true; break; }
+    if (visited) continue;
+    if (seen_len >= s.lim.max_closure) { *error = ERR_CLOSURE_TOO_LARGE; return -1; }
+    seen[2 * seen_len] = node;
+    seen[2 * seen_len + 1] = parent;
+    ++seen_len;
+    int flags = flags_of(s, node);
+    if (flags & FLAG_SCANNABLE) {
+      if (num_tops >= s.lim.K) { *error = ERR_TOO_MANY_STACKS; return -1; }
+      if (entry < 0) entry = entry_for(s, node, parent, created_from, error);
+      if (entry < 0) return -1;
+      tops_out[num_tops++] = entry;
+    }
+    // pushes in edge order, then the pop; appended to the work list reversed so that the
+    // first push is processed first (as the reference does)
+    int lo = s.ref_lo[s.base + node], hi = s.ref_hi[s.base + node];
+    int count = hi - lo + ((flags & FLAG_FINAL) && parent >= 0 ? 1 : 0);
+    if (work_len + count > s.lim.work_cap) { *error = ERR_CLOSURE_TOO_LARGE; return -1; }
+    int slot_index = work_len + count - 1;  // first push goes last (top of the LIFO)
+    for (int e = lo; e < hi; ++e) {
+      int ret = s.ref_return[e];
+      int frame = parent;
+      if (!(flags_of(s, ret) & FLAG_PURE_RETURN)) {
+        frame = entry_for(s, ret, parent, created_from, error);
+        if (frame < 0) return -1;
+      }
+      work[3 * slot_index] = s.ref_start[e];
+      work[3 * slot_index + 1] = frame;
+      work[3 * slot_index + 2] = -1;
+      --slot_index;
+    }
+    if (flags & FLAG_FINAL) {
+      if (parent < 0) {
+        *can_end = 1;
+      } else {
+        work[3 * slot_index] = s.pool_node[parent];
+        work[3 * slot_index + 1] = s.pool_parent[parent];
+        work[3 * slot_index + 2] = parent;
+      }
+    }
+    work_len += count;
+  }
+  return num_tops;
+}
+
+// ----------------------------------------------------------------------------- compaction
+
+// Drop entries appended since ``base_size`` that no top reaches; remap the tops.
+__device__ void compact_window(Slot& s, int base_size, int* tops, int num_tops) {
+  int size = *s.pool_size;
+  if (size == base_size) return;
+  int* mark = ptr<int>(s.t, P_MARK) + (size_t)s.b * s.lim.P;
+  for (int i = base_size; i < size; ++i) mark[i] = -1;
+  for (int k = 0; k < num_tops; ++k) {
+    int e = tops[k];
+    while (e >= base_size && mark[e] < 0) { mark[e] = 0; e = s.pool_parent[e]; }
+  }
+  int next = base_size;  // ascending: a parent is moved (and renumbered) before its child
+  for (int i = base_size; i < size; ++i) {
+    if (mark[i] < 0) continue;
+    int parent = s.pool_parent[i];
+    if (parent >= base_size) parent = mark[parent];
+    mark[i] = next;
+    s.pool_node[next] = s.pool_node[i];
+    s.pool_parent[next] = parent;
+    ++next;
+  }
+  for (int k = 0; k < num_tops; ++k)
+    if (tops[k] >= base_size) tops[k] = mark[tops[k]];
+  *s.pool_size = next;
+}
+
+// History ring slot of the i-th most recent step.
+__device__ __forceinline__ int history_slot(int head, int i, int H) {
+  return ((head - 1 - i) % H + H) % H;
+}
+
+// Keep only the entries that the live tops and the history reach (order kept).
+__device__ void compact_pool(Slot& s) {
+  const u64* t = s.t;
+  int b = s.b, K = s.lim.K, H = s.lim.H;
+  int size = *s.pool_size;
+  int* mark = ptr<int>(t, P_MARK) + (size_t)b * s.lim.P;
+  int* tops = ptr<int>(t, P_TOPS) + (size_t)b * K;
+  int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
+  int* hist_tops = ptr<int>(t, P_HIST_TOPS) + (size_t)b * H * K;
+  int* hist_num = ptr<int>(t, P_HIST_NUM_TOPS) + (size_t)b * H;
+  int* hist_pool = ptr<int>(t, P_HIST_POOL_SIZE) + (size_t)b * H;
+  int head = ptr<int>(t, P_HIST_HEAD)[b], len = ptr<int>(t, P_HIST_LEN)[b];
+  for (int i = 0; i < size; ++i) mark[i] = -1;
+  for (int k = 0; k < num_tops; ++k)
+    for (int e = tops[k]; e >= 0 && mark[e] < 0; e = s.pool_parent[e]) mark[e] = 0;
+  for (int i = 0; i < len; ++i) {
+    int step = history_slot(head, i, H);
+    for (int k = 0; k < hist_num[step]; ++k)
+      for (int e = hist_tops[step * K + k]; e >= 0 && mark[e] < 0; e = s.pool_parent[e])
+        mark[e] = 0;
+  }
+  int next = 0;
+  for (int i = 0; i < size; ++i) {
+    if (mark[i] < 0) continue;
+    int parent = s.pool_parent[i];
+    if (parent >= 0) parent = mark[parent];
+    mark[i] = next;
+    s.pool_node[next] = s.pool_node[i];
+    s.pool_parent[next] = parent;
+    ++next;
+  }
+  *s.pool_size = next;
+  for (int k = 0; k < num_tops; ++k) tops[k] = mark[tops[k]];
+  for (int i = 0; i < len; ++i) {
+    int step = history_slot(head, i, H);
+    for (int k = 0; k < hist_num[step]; ++k)
+      hist_tops[step * K + k] = mark[hist_tops[step * K + k]];
+    hist_pool[step] = next;
+  }
+}
+
+// ----------------------------------------------------------------------------- history
+
+__device__ void push_history(const u64* t, int b, const Limits& lim, int pool_size_before) {
+  int K = lim.K, H = lim.H;
+  int* head_p = ptr<int>(t, P_HIST_HEAD) + b;
+  int head = *head_p;
+  int count = ptr<int>(t, P_NUM_TOPS)[b];
+  const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * K;
+  int* dst = ptr<int>(t, P_HIST_TOPS) + ((size_t)b * H + head) * K;
+  for (int k = 0; k < count; ++k) dst[k] = tops[k];
+  ptr<int>(t, P_HIST_NUM_TOPS)[(size_t)b * H + head] = count;
+  ptr<int>(t, P_HIST_POOL_SIZE)[(size_t)b * H + head] = pool_size_before;
+  ptr<signed char>(t, P_HIST_CAN_END)[(size_t)b * H + head] = ptr<signed char>(t, P_CAN_END)[b];
+  ptr<signed char>(t, P_HIST_TERMINATED)[(size_t)b * H + head] =
+      ptr<signed char>(t, P_TERMINATED)[b];
+  *head_p = (head + 1) % H;
+  int* len = ptr<int>(t, P_HIST_LEN) + b;
+  *len = min(*len + 1, H);
+}
+
+// ----------------------------------------------------------------------------- accept
+
+__device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
+  const u64* t = s.t;
+  int b = s.b, K = s.lim.K;
+  int* error_p = ptr<int>(t, P_ERROR) + b;
+  if (*s.pool_size > (3 * s.lim.P) / 4) compact_pool(s);
+  int base_size = *s.pool_size;
+  int* cur = ptr<int>(t, P_TOPS_A) + (size_t)b * K;
+  int* nxt = ptr<int>(t, P_TOPS_B) + (size_t)b * K;
+  int* tops = ptr<int>(t, P_TOPS) + (size_t)b * K;
+  int num = ptr<int>(t, P_NUM_TOPS)[b];
+  for (int k = 0; k < num; ++k) cur[k] = tops[k];
+  int can_end = ptr<signed char>(t, P_CAN_END)[b];
+  int* work = ptr<int>(t, P_WORK) + (size_t)b * s.lim.work_cap * 3;
+  for (int i = 0; i < length; ++i) {
+    int byte = data[i];
+    // seeds in top order, stored reversed so that the first seed is processed first
+    int seeds = 0;
+    for (int k = 0; k < num; ++k)
+      if (scan(s, s.pool_node[cur[k]], byte) >= 0) ++seeds;
+    if (seeds == 0) { *s.pool_size = base_size; return false; }
+    if (seeds > s.lim.work_cap) { *s.pool_size = base_size; *error_p = ERR_CLOSURE_TOO_LARGE; return false; }
+    int w = seeds - 1;
+    for (int k = 0; k < num; ++k) {
+      int target = scan(s, s.pool_node[cur[k]], byte);
+      if (target < 0) continue;
+      work[3 * w] = target;
+      work[3 * w + 1] = s.pool_parent[cur[k]];
+      work[3 * w + 2] = -1;
+      --w;
+    }
+    int error = 0;
+    int count = close(s, work, seeds, nxt, &can_end, &error);
+    if (count < 0) { *s.pool_size = base_size; *error_p = error; return false; }
+    num = count;
+    int* swap = cur; cur = nxt; nxt = swap;
+  }
+  if (num == 0 && !can_end) { *s.pool_size = base_size; return false; }
+  compact_window(s, base_size, cur, num);
+  int new_size = *s.pool_size;
+  push_history(t, b, s.lim, base_size);
+  *s.pool_size = new_size;
+  for (int k = 0; k < num; ++k) tops[k] = cur[k];
+  ptr<int>(t, P_NUM_TOPS)[b] = num;
+  ptr<signed char>(t, P_CAN_END)[b] = (signed char)can_end;
+  return true;
+}
+
+extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token_ids,
+                                     bool* accepted) {
+  int b = blockIdx.x;
+  if (b >= B || threadIdx.x != 0) return;
+  Slot s = make_slot(t, b);
+  long long token = token_ids[b];
+  if (s.grammar < 0) { accepted[b] = true; return; }
+  signed char* terminated = ptr<signed char>(t, P_TERMINATED) + b;
+  if (token < 0 || token >= s.lim.V || *terminated || ptr<int>(t, P_ERROR)[b]) {
+    accepted[b] = false;
+    return;
+  }
+  if (ptr<const signed char>(t, P_IS_STOP)[token]) {
+    if (!ptr<signed char>(t, P_CAN_END)[b]) { accepted[b] = false; return; }
+    push_history(t, b, s.lim, *s.pool_size);
+    *terminated = 1;
+    accepted[b] = true;
+    return;
+  }
+  const int* id_offsets = ptr<const int>(t, P_ID_OFFSETS);
+  int lo = id_offsets[token], hi = id_offsets[token + 1];
+  if (hi == lo) { accepted[b] = false; return; }  // special: empty bytes or padding
+  accepted[b] = accept_bytes(s, ptr<const unsigned char>(t, P_ID_BYTES) + lo, hi - lo);
+}
+
+// ----------------------------------------------------------------------------- reset
+
+extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
+  int b = blockIdx.x;
+  if (b >= B || threadIdx.x != 0 || !which[b]) return;
+  Slot s = make_slot(t, b);
+  *s.pool_size = 0;
+  ptr<int>(t, P_HIST_LEN)[b] = 0;
+  ptr<int>(t, P_HIST_HEAD)[b] = 0;
+  ptr<signed char>(t, P_TERMINATED)[b] = 0;
+  ptr<int>(t, P_ERROR)[b] = 0;
+  ptr<int>(t, P_NUM_TOPS)[b] = 0;
+  ptr<signed char>(t, P_CAN_END)[b] = 0;
+  if (s.grammar < 0) return;
+  int* work = ptr<int>(t, P_WORK) + (size_t)b * s.lim.work_cap * 3;
+  work[0] = ptr<const int>(t, P_ROOT)[s.grammar];
+  work[1] = -1;
+  work[2] = -1;
+  int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
+  int can_end = 0, error = 0;
+  int count = close(s, work, 1, tops, &can_end, &error);
+  if (count < 0) {
+    ptr<int>(t, P_ERROR)[b] = error;
+    *s.pool_size = 0;
+    return;
+  }
+  ptr<int>(t, P_NUM_TOPS)[b] = count;
+  ptr<signed char>(t, P_CAN_END)[b] = (signed char)can_end;
+}
+
+// ----------------------------------------------------------------------------- rollback
+
+extern "C" __global__ void xg_rollback(const u64* t, int B, const long long* num_tokens,
+                                       bool* ok) {
+  int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= B) return;
+  Limits lim = load_limits(t);
+  long long n = num_tokens[b];
+  int* len = ptr<int>(t, P_HIST_LEN) + b;
+  if (ptr<int>(t, P_GRAMMAR)[b] < 0 || n == 0) { ok[b] = true; return; }
+  if (n < 0 || n > *len) {
+    ptr<int>(t, P_ERROR)[b] = ERR_ROLLBACK_TOO_FAR;
+    ok[b] = false;
+    return;
+  }
+  int K = lim.K, H = lim.H;
+  int* head_p = ptr<int>(t, P_HIST_HEAD) + b;
+  int head = *head_p;
+  for (long long i = 0; i < n; ++i) head = (head - 1 + H) % H;
+  size_t at = (size_t)b * H + head;
+  int count = ptr<int>(t, P_HIST_NUM_TOPS)[at];
+  int* tops = ptr<int>(t, P_TOPS) + (size_t)b * K;
+  const int* src = ptr<int>(t, P_HIST_TOPS) + at * K;
+  for (int k = 0; k < count; ++k) tops[k] = src[k];
+  ptr<int>(t, P_NUM_TOPS)[b] = count;
+  ptr<int>(t, P_POOL_SIZE)[b] = ptr<int>(t, P_HIST_POOL_SIZE)[at];
+  ptr<signed char>(t, P_CAN_END)[b] = ptr<signed char>(t, P_HIST_CAN_END)[at];
+  ptr<signed char>(t, P_TERMINATED)[b] = ptr<signed char>(t, P_HIST_TERMINATED)[at];
+  *head_p = head;
+  *len -= (int)n;
+  ok[b] = true;
+}
+
+// ----------------------------------------------------------------------------- uncertain
+
+#ifndef UNC_STACKS
+#define UNC_STACKS 8      // parallel stacks one thread may hold during a token walk
+#endif
+#ifndef UNC_DEPTH
+#define UNC_DEPTH 12      // nodes one stack may push above the pool part
+#endif
+#define UNC_WORK (UNC_STACKS * 4)
+#define UNC_THREADS 64    // threads per slot: the slot's tops' uncertain tokens, one a thread
+
+// A lane's stack: local nodes [0, depth) above pool entry ``below`` (-1: the bottom);
+// depth 0 with below == -2 marks END (the root completed).
+struct LaneStack {
+  int depth;
+  int below;
+  int nodes[UNC_DEPTH];
+};
+
+__device__ bool same_stack(const LaneStack& a, const LaneStack& b) {
+  if (a.depth != b.depth || a.below != b.below) return false;
+  for (int i = 0; i < a.depth; ++i)
+    if (a.nodes[i] != b.nodes[i]) return false;
+  return true;
+}
+
+// Close ``count`` stacks in ``work`` into ``out`` (scannable tops and END only, deduplicated).
+// Returns the number kept, or -1 if the lane ran out of room.
+__device__ int lane_close(const Slot& s, LaneStack* work, int count, LaneStack* out) {
+  int kept = 0;
+  int visited = 0;  // work[0, visited) are processed; the list grows at the end
+  while (visited < count) {
+    LaneStack st = work[visited++];
+    if (st.depth == 0) {  // END
+      bool dup = false;
+      for (int i = 0; i < kept; ++i) dup = dup || same_stack(out[i], st);
+      if (!dup) { if (kept >= UNC_STACKS) return -1; out[kept++] = st; }
+      continue;
+    }
+    int node = st.nodes[st.depth - 1];
+    int flags = flags_of(s, node);
+    bool seen = false;  // a stack visited before in this closure is skipped
+    for (int i = 0; i < visited - 1 && !seen; ++i) seen = same_stack(work[i], st);
+    if (seen) continue;
+    if (flags & FLAG_SCANNABLE) {
+      if (kept >= UNC_STACKS) return -1;
+      out[kept++] = st;
+    }
+    for (int e = s.ref_lo[s.base + node]; e < s.ref_hi[s.base + node]; ++e) {
+      if (count >= UNC_WORK) return -1;
+      LaneStack pushed = st;
+      int ret = s.ref_return[e];
+      if (flags_of(s, ret) & FLAG_PURE_RETURN) {
+        pushed.nodes[pushed.depth - 1] = s.ref_start[e];
+      } else {
+        if (pushed.depth >= UNC_DEPTH) return -1;
+        pushed.nodes[pushed.depth - 1] = ret;
+        pushed.nodes[pushed.depth++] = s.ref_start[e];
+      }
+      work[count++] = pushed;
+    }
+    if (flags & FLAG_FINAL) {
+      if (count >= UNC_WORK) return -1;
+      LaneStack popped = st;
+      if (popped.depth > 1) {
+        --popped.depth;
+      } else if (popped.below >= 0) {  // pop into the pool: read the caller's entry
+        popped.nodes[0] = s.pool_node[popped.below];
+        popped.below = s.pool_parent[popped.below];
+      } else {
+        popped.depth = 0;
+        popped.below = -2;  // END
+      }
+      work[count++] = popped;
+    }
+  }
+  return kept;
+}
+
+extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int words) {
+  int b = blockIdx.x;
+  if (b >= B) return;
+  Slot s = make_slot(t, b);
+  int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
+  if (s.grammar < 0 || ptr<signed char>(t, P_TERMINATED)[b] || ptr<int>(t, P_ERROR)[b]) return;
+  const int* uncertain = ptr<const int>(t, P_UNCERTAIN);
+  const int* token_offsets = ptr<const int>(t, P_TOKEN_OFFSETS);
+  const unsigned char* token_bytes = ptr<const unsigned char>(t, P_TOKEN_BYTES);
+  const int* sorted_ids = ptr<const int>(t, P_SORTED_IDS);
+  const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
+  LaneStack a[UNC_STACKS], work[UNC_WORK];
+  const int* pair_below = ptr<const int>(t, P_PAIR_BELOW);
+  for (int k = 0; k < num_tops; ++k) {
+    int top = tops[k];
+    int node = s.pool_node[top];
+    int parent = s.pool_parent[top];
+    int below = parent >= 0 ? s.pool_node[parent] : -1;
+    // The second level: the pair (node, node below) lists the tokens accepted given the
+    // caller's frame, and the few still to walk; without a pair, walk all of the node's.
+    int lo = ptr<const int>(t, P_UNC_LO)[s.base + node];
+    int hi = ptr<const int>(t, P_UNC_HI)[s.base + node];
+    const int* walk_list = uncertain;
+    int pair = -1;
+    for (int q = ptr<const int>(t, P_NODE_PAIR_LO)[s.base + node];
+         q < ptr<const int>(t, P_NODE_PAIR_HI)[s.base + node]; ++q)
+      if (pair_below[q] == below) { pair = q; break; }
+    if (pair >= 0) {
+      const int* accepted = ptr<const int>(t, P_PAIR_ACC_TOKENS);
+      for (int i = ptr<const int>(t, P_PAIR_ACC_LO)[pair] + threadIdx.x;
+           i < ptr<const int>(t, P_PAIR_ACC_HI)[pair]; i += blockDim.x) {
+        int id = accepted[i];
+        atomicOr(bitmask + (size_t)b * words + (id >> 5), 1 << (id & 31));
+      }
+      lo = ptr<const int>(t, P_PAIR_UNC_LO)[pair];
+      hi = ptr<const int>(t, P_PAIR_UNC_HI)[pair];
+      walk_list = ptr<const int>(t, P_PAIR_UNC_TOKENS);
+    }
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      int sorted = walk_list[i];
+      int count = 1;
+      a[0].depth = 1;
+      a[0].below = s.pool_parent[top];
+      a[0].nodes[0] = node;
+      bool overflow = false;
+      for (int j = token_offsets[sorted]; j < token_offsets[sorted + 1] && count > 0; ++j) {
+        int byte = token_bytes[j];
+        int seeds = 0;
+        for (int m = 0; m < count; ++m) {
+          if (a[m].depth == 0) continue;  // END: nothing may follow
+          int target = scan(s, a[m].nodes[a[m].depth - 1], byte);
+          if (target < 0) continue;
+          work[seeds] = a[m];
+          work[seeds].nodes[a[m].depth - 1] = target;
+          ++seeds;
+        }
+        count = seeds == 0 ? 0 : lane_close(s, work, seeds, a);
+        if (count < 0) { overflow = true; break; }
+      }
+      if (overflow) {
+        atomicExch(ptr<int>(t, P_ERROR) + b, ERR_UNCERTAIN_WALK_TOO_LARGE);
+        continue;
+      }
+      if (count > 0) {
+        int id = sorted_ids[sorted];
+        atomicOr(bitmask + (size_t)b * words + (id >> 5), 1 << (id & 31));
+      }
+    }
+  }
+}

@@ -1,0 +1,350 @@
+"""Device arena: the compiled grammars of one tokenizer packed into preallocated device buffers
+(stage 4 of the pipeline).
+
+In:  ``CompiledGrammar``s of one ``TokenizerInfo`` (``register`` / ``unregister``).
+Out: flat tensors on one device whose addresses never change (graphs captured earlier stay
+     valid), and a handle (grammar id) per registered grammar. Node ids in the runtime state
+     are *local* to a grammar (the CPU reference and the kernels hold the same numbers); a
+     kernel adds ``grammar_node_base[g]`` to index the per-node tables.
+
+Buffers (``G`` grammar slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
+
+  vocabulary, shared by every grammar
+    token_bytes        uint8  [T]      bytes of the sorted vocabulary, concatenated
+    token_offsets      int32  [S+1]    sorted token i = token_bytes[off[i]:off[i+1]]
+    sorted_token_ids   int32  [S]      token id of sorted index i
+    id_offsets         int32  [V+1]    bytes of token id t = id_bytes[id_off[t]:id_off[t+1]]
+    id_bytes           uint8  [T']     (empty for special and padding ids)
+    is_stop            int8   [V]      the tokenizer's stop tokens
+    stop_words         int32  [W]      the stop tokens as a bitmask row
+  per grammar slot g
+    grammar_node_base  int32  [G]      first row of the grammar's nodes in the per-node tables
+    grammar_root       int32  [G]      local start node of the root rule
+    grammar_byte_class int32  [G, 256] byte -> class
+    grammar_classes    int32  [G]      number of byte classes C_g
+  per node (row = grammar_node_base[g] + local node)
+    node_next          int32  [N]      offset of the node's C_g scan targets in ``next_flat``
+    next_flat          int32  [X]      local target node, -1 = no edge
+    node_flags         int32  [N]      bit 0 final, bit 1 scannable, bit 2 pure return
+    node_ref_lo/hi     int32  [N]      range of the node's reference edges in ref_*
+    ref_start          int32  [E]      local start node of the referenced rule
+    ref_return         int32  [E]      local return node
+    node_row           int32  [N]      row of ``accept_rows`` (-1: the node cannot scan)
+    node_unc_lo/hi     int32  [N]      range of the node's uncertain tokens
+  accept_rows          int32  [R, W]   dense accept rows (deduplicated per grammar)
+  uncertain_tokens     int32  [U]      sorted-vocabulary indices
+  second level (``ContextPairs``: a node's uncertain tokens given the node below it)
+    node_pair_lo/hi    int32  [N]      the node's pairs
+    pair_below         int32  [Q]      local node below (-1: the bottom)
+    pair_acc_lo/hi     int32  [Q]      range of pair_acc_tokens: token ids accepted
+    pair_unc_lo/hi     int32  [Q]      range of pair_unc_tokens: sorted indices still to walk
+    pair_acc_tokens    int32  [A]
+    pair_unc_tokens    int32  [U2]
+
+Register copies a grammar's tables into free ranges of each buffer (first fit); unregister
+returns them. A buffer too small raises ``ArenaFullError`` naming the buffer, what was needed
+and what is free.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from gxg.grammar_compiler import CompiledGrammar
+from gxg.tokenizer import TokenizerInfo
+
+FINAL, SCANNABLE, PURE_RETURN = 1, 2, 4
+
+# The arena tensors in the order the ops receive them (``DeviceArena.op_tensors()``).
+ARENA_FIELDS = (
+    "grammar_node_base", "grammar_root", "grammar_byte_class", "grammar_classes",
+    "node_next", "next_flat", "node_flags", "node_ref_lo", "node_ref_hi", "ref_start",
+    "ref_return", "node_row", "node_unc_lo", "node_unc_hi", "accept_rows", "uncertain_tokens",
+    "token_bytes", "token_offsets", "sorted_token_ids", "id_offsets", "id_bytes", "is_stop",
+    "stop_words", "node_pair_lo", "node_pair_hi", "pair_below", "pair_acc_lo", "pair_acc_hi",
+    "pair_unc_lo", "pair_unc_hi", "pair_acc_tokens", "pair_unc_tokens",
+)
+
+# Host views of live arenas, by arena id: the CPU kernels of the ops (which only receive
+# tensors and an int) find a grammar's host tables here. Weak: an arena that is gone drops out.
+LIVE_ARENAS: "weakref.WeakValueDictionary[int, DeviceArena]" = weakref.WeakValueDictionary()
+_next_arena_id = [0]
+
+
+class ArenaFullError(RuntimeError):
+    """A grammar does not fit in the arena; the message names the buffer and the sizes."""
+
+
+@dataclass(frozen=True)
+class ArenaCapacity:
+    max_grammars: int = 64
+    nodes: int = 1 << 16
+    next_entries: int = 1 << 21       # sum over nodes of their byte-class count
+    ref_edges: int = 1 << 16
+    accept_rows: int = 1024
+    uncertain_tokens: int = 1 << 20
+    pairs: int = 1 << 16
+    pair_tokens: int = 1 << 20
+
+
+class _Ranges:
+    """First-fit allocator of [start, end) ranges in a buffer of ``size`` elements."""
+
+    def __init__(self, name: str, size: int, element_bytes: int):
+        self.name, self.size, self.element_bytes = name, size, element_bytes
+        self.free: List[Tuple[int, int]] = [(0, size)]
+
+    def take(self, count: int) -> int:
+        if count == 0:
+            return 0
+        for i, (start, end) in enumerate(self.free):
+            if end - start >= count:
+                self.free[i] = (start + count, end)
+                if start + count == end:
+                    del self.free[i]
+                return start
+        largest = max((end - start for start, end in self.free), default=0)
+        raise ArenaFullError(
+            f"arena buffer '{self.name}' is full: the grammar needs {count} entries "
+            f"({count * self.element_bytes} bytes) in one range, the largest free range has "
+            f"{largest} of {self.size}; create the GrammarBatch/DeviceArena with a larger "
+            f"capacity")
+
+    def give_back(self, start: int, count: int) -> None:
+        if count == 0:
+            return
+        self.free.append((start, start + count))
+        self.free.sort()
+        merged: List[Tuple[int, int]] = []
+        for lo, hi in self.free:
+            if merged and merged[-1][1] == lo:
+                merged[-1] = (merged[-1][0], hi)
+            else:
+                merged.append((lo, hi))
+        self.free = merged
+
+    @property
+    def used(self) -> int:
+        return self.size - sum(end - start for start, end in self.free)
+
+
+@dataclass
+class _Registration:
+    compiled: CompiledGrammar
+    ranges: Dict[str, Tuple[int, int]]   # buffer name -> (start, count)
+    host_tables: object                  # ops.reference.HostTables for the CPU kernels
+    nbytes: int
+
+
+class DeviceArena:
+    def __init__(self, tokenizer_info: TokenizerInfo, device="cuda",
+                 capacity: ArenaCapacity = ArenaCapacity()):
+        self.tokenizer_info = tokenizer_info
+        self.device = torch.device(device)
+        self.capacity = capacity
+        self.vocab_size = tokenizer_info.vocab_size
+        self.words = (self.vocab_size + 31) // 32
+        self.arena_id = _next_arena_id[0]
+        _next_arena_id[0] += 1
+        LIVE_ARENAS[self.arena_id] = self
+        self._build_vocabulary()
+        c = capacity
+        g, n = c.max_grammars, c.nodes
+        self._alloc = {
+            "nodes": _Ranges("nodes", n, 4 * 8),
+            "next_flat": _Ranges("next_flat", c.next_entries, 4),
+            "refs": _Ranges("refs", c.ref_edges, 8),
+            "accept_rows": _Ranges("accept_rows", c.accept_rows, 4 * self.words),
+            "uncertain": _Ranges("uncertain", c.uncertain_tokens, 4),
+            "pairs": _Ranges("pairs", c.pairs, 4 * 5),
+            "pair_acc": _Ranges("pair_acc", c.pair_tokens, 4),
+            "pair_unc": _Ranges("pair_unc", c.pair_tokens, 4),
+        }
+        dev = self.device
+        i32 = dict(dtype=torch.int32, device=dev)
+        self.grammar_node_base = torch.zeros(g, **i32)
+        self.grammar_root = torch.zeros(g, **i32)
+        self.grammar_byte_class = torch.zeros((g, 256), **i32)
+        self.grammar_classes = torch.ones(g, **i32)
+        self.node_next = torch.zeros(n, **i32)
+        self.next_flat = torch.full((c.next_entries,), -1, **i32)
+        self.node_flags = torch.zeros(n, **i32)
+        self.node_ref_lo = torch.zeros(n, **i32)
+        self.node_ref_hi = torch.zeros(n, **i32)
+        self.ref_start = torch.zeros(c.ref_edges, **i32)
+        self.ref_return = torch.zeros(c.ref_edges, **i32)
+        self.node_row = torch.full((n,), -1, **i32)
+        self.node_unc_lo = torch.zeros(n, **i32)
+        self.node_unc_hi = torch.zeros(n, **i32)
+        self.accept_rows = torch.zeros((c.accept_rows, self.words), **i32)
+        self.uncertain_tokens = torch.zeros(c.uncertain_tokens, **i32)
+        self.node_pair_lo = torch.zeros(n, **i32)
+        self.node_pair_hi = torch.zeros(n, **i32)
+        self.pair_below = torch.zeros(c.pairs, **i32)
+        self.pair_acc_lo = torch.zeros(c.pairs, **i32)
+        self.pair_acc_hi = torch.zeros(c.pairs, **i32)
+        self.pair_unc_lo = torch.zeros(c.pairs, **i32)
+        self.pair_unc_hi = torch.zeros(c.pairs, **i32)
+        self.pair_acc_tokens = torch.zeros(c.pair_tokens, **i32)
+        self.pair_unc_tokens = torch.zeros(c.pair_tokens, **i32)
+        self._free_ids = list(range(g))
+        self._registered: Dict[int, _Registration] = {}
+        self._by_compiled: Dict[int, int] = {}
+
+    # ------------------------------------------------------------------ vocabulary
+    def _build_vocabulary(self) -> None:
+        info, dev = self.tokenizer_info, self.device
+        self.token_bytes = torch.from_numpy(np.array(info.token_bytes, dtype=np.uint8)).to(dev)
+        if self.token_bytes.numel() == 0:
+            self.token_bytes = torch.zeros(1, dtype=torch.uint8, device=dev)
+        self.token_offsets = torch.from_numpy(info.token_offsets.astype(np.int32)).to(dev)
+        self.sorted_token_ids = torch.from_numpy(info.sorted_token_ids.astype(np.int32)).to(dev)
+        special = set(info.special_token_ids)
+        stops = set(info.stop_token_ids)
+        decoded = info.decoded_vocab
+        pieces = [b"" if (t in special and t not in stops) or t >= len(decoded) or t in stops
+                  else decoded[t] for t in range(self.vocab_size)]
+        lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        offsets = np.zeros(self.vocab_size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        data = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        self.id_offsets = torch.from_numpy(offsets.astype(np.int32)).to(dev)
+        self.id_bytes = torch.from_numpy(data.copy() if len(data) else
+                                         np.zeros(1, np.uint8)).to(dev)
+        is_stop = np.zeros(self.vocab_size, dtype=np.int8)
+        is_stop[list(stops)] = 1
+        self.is_stop = torch.from_numpy(is_stop).to(dev)
+        stop_words = np.zeros(self.words, dtype=np.uint32)
+        for t in stops:
+            stop_words[t >> 5] |= np.uint32(1 << (t & 31))
+        self.stop_words = torch.from_numpy(stop_words.view(np.int32)).to(dev)
+
+    # ------------------------------------------------------------------ registration
+    def register(self, compiled: CompiledGrammar) -> int:
+        """Copy a compiled grammar in (once: registering it again returns the same id)."""
+        if compiled.tokenizer_info is not self.tokenizer_info and \
+                compiled.tokenizer_info.vocab_size != self.vocab_size:
+            raise ValueError("the compiled grammar was built for another tokenizer")
+        known = self._by_compiled.get(id(compiled))
+        if known is not None and self._registered[known].compiled is compiled:
+            return known
+        if not self._free_ids:
+            raise ArenaFullError(f"the arena holds at most {self.capacity.max_grammars} "
+                                 "grammars; unregister one or raise max_grammars")
+        a = compiled.automaton
+        layout = compiled.kernel_layout
+        num_nodes, classes = a.num_nodes, a.num_classes
+        pairs = compiled.context_pairs
+        sizes = {"nodes": num_nodes, "next_flat": num_nodes * classes,
+                 "refs": int(a.ref_offsets[-1]), "accept_rows": layout.accept_rows.shape[0],
+                 "uncertain": int(layout.uncertain_tokens.shape[0]),
+                 "pairs": int(pairs.pair_below.shape[0]),
+                 "pair_acc": int(pairs.pair_acc_tokens.shape[0]),
+                 "pair_unc": int(pairs.pair_unc_tokens.shape[0])}
+        ranges: Dict[str, Tuple[int, int]] = {}
+        try:
+            for name, count in sizes.items():
+                ranges[name] = (self._alloc[name].take(count), count)
+        except ArenaFullError:
+            for name, (start, count) in ranges.items():
+                self._alloc[name].give_back(start, count)
+            raise
+        gid = self._free_ids.pop(0)
+        self._write(gid, compiled, ranges)
+        nbytes = sum(count * self._alloc[name].element_bytes for name, (_, count) in
+                     ranges.items())
+        tables = compiled.host_tables(tuple(sorted(self.tokenizer_info.stop_token_ids)))
+        self._registered[gid] = _Registration(compiled, ranges, tables, nbytes)
+        self._by_compiled[id(compiled)] = gid
+        return gid
+
+    def _write(self, gid: int, compiled: CompiledGrammar, ranges) -> None:
+        a, layout, dev = compiled.automaton, compiled.kernel_layout, self.device
+        node_base = ranges["nodes"][0]
+        next_base = ranges["next_flat"][0]
+        ref_base = ranges["refs"][0]
+        row_base = ranges["accept_rows"][0]
+        unc_base = ranges["uncertain"][0]
+        n, c = a.num_nodes, a.num_classes
+
+        def put(tensor: torch.Tensor, start: int, values: np.ndarray) -> None:
+            if len(values):
+                tensor[start: start + len(values)] = torch.from_numpy(
+                    np.ascontiguousarray(values, dtype=np.int32)).to(dev)
+
+        self.grammar_node_base[gid] = node_base
+        self.grammar_root[gid] = int(a.rule_start[a.root_rule])
+        self.grammar_byte_class[gid] = torch.from_numpy(a.byte_class.astype(np.int32)).to(dev)
+        self.grammar_classes[gid] = c
+        put(self.node_next, node_base, next_base + c * np.arange(n))
+        put(self.next_flat, next_base, a.next_node.reshape(-1))
+        flags = (a.is_final * FINAL + a.is_scannable * SCANNABLE
+                 + a.is_pure_return * PURE_RETURN)
+        put(self.node_flags, node_base, flags)
+        put(self.node_ref_lo, node_base, ref_base + a.ref_offsets[:-1])
+        put(self.node_ref_hi, node_base, ref_base + a.ref_offsets[1:])
+        put(self.ref_start, ref_base, a.rule_start[a.ref_rule])
+        put(self.ref_return, ref_base, a.ref_return)
+        rows = layout.accept_rows
+        if rows.shape[0]:
+            self.accept_rows[row_base: row_base + rows.shape[0]] = torch.from_numpy(
+                np.ascontiguousarray(rows)).to(dev)
+        put(self.node_row, node_base, np.where(layout.node_row >= 0,
+                                               layout.node_row + row_base, -1))
+        put(self.node_unc_lo, node_base, unc_base + layout.uncertain_offsets[:-1])
+        put(self.node_unc_hi, node_base, unc_base + layout.uncertain_offsets[1:])
+        put(self.uncertain_tokens, unc_base, layout.uncertain_tokens)
+        pairs = compiled.context_pairs
+        pair_base = ranges["pairs"][0]
+        acc_base, unc2_base = ranges["pair_acc"][0], ranges["pair_unc"][0]
+        put(self.node_pair_lo, node_base, pair_base + pairs.node_pair_offsets[:-1])
+        put(self.node_pair_hi, node_base, pair_base + pairs.node_pair_offsets[1:])
+        put(self.pair_below, pair_base, pairs.pair_below)
+        put(self.pair_acc_lo, pair_base, acc_base + pairs.pair_acc_offsets[:-1])
+        put(self.pair_acc_hi, pair_base, acc_base + pairs.pair_acc_offsets[1:])
+        put(self.pair_unc_lo, pair_base, unc2_base + pairs.pair_unc_offsets[:-1])
+        put(self.pair_unc_hi, pair_base, unc2_base + pairs.pair_unc_offsets[1:])
+        put(self.pair_acc_tokens, acc_base, pairs.pair_acc_tokens)
+        put(self.pair_unc_tokens, unc2_base, pairs.pair_unc_tokens)
+
+    def unregister(self, gid: int) -> None:
+        registration = self._registered.pop(gid, None)
+        if registration is None:
+            raise KeyError(f"grammar id {gid} is not registered")
+        for name, (start, count) in registration.ranges.items():
+            self._alloc[name].give_back(start, count)
+        self._by_compiled.pop(id(registration.compiled), None)
+        self._free_ids.append(gid)
+        self._free_ids.sort()
+
+    # ------------------------------------------------------------------ queries
+    def compiled(self, gid: int) -> CompiledGrammar:
+        return self._registered[gid].compiled
+
+    def host_tables(self, gid: int):
+        return self._registered[gid].host_tables
+
+    def grammar_bytes(self, gid: int) -> int:
+        return self._registered[gid].nbytes
+
+    def memory_bytes(self) -> Dict[str, int]:
+        """Bytes allocated on the device per buffer, and in use by registered grammars."""
+        allocated = sum(t.numel() * t.element_size() for t in self.tensors().values())
+        used = sum(r.nbytes for r in self._registered.values())
+        return {"allocated": int(allocated), "used_by_grammars": int(used)}
+
+    def op_tensors(self) -> List[torch.Tensor]:
+        """The buffers in ``ARENA_FIELDS`` order."""
+        return [getattr(self, name) for name in ARENA_FIELDS]
+
+    def tensors(self) -> Dict[str, torch.Tensor]:
+        return {name: value for name, value in self.__dict__.items()
+                if isinstance(value, torch.Tensor)}
+
+    @property
+    def registered_ids(self) -> List[int]:
+        return sorted(self._registered)

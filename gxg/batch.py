@@ -1,0 +1,165 @@
+"""``GrammarBatch``: device-resident grammar state for ``max_batch`` slots and the step API.
+
+In:  a ``TokenizerInfo``, a device, ``max_batch`` and ``RuntimeLimits``; compiled grammars
+     bound to slots.
+Out: the per-step operations as ``torch.ops.xg`` ops on tensors that never move: fill the
+     bitmask, fill and apply it to logits, accept sampled tokens, roll back, reset. Nothing in
+     a step reads the device from the host, so a step can be captured in a CUDA graph or traced
+     by ``torch.compile``; ``bind``/``unbind`` (host writes) belong between steps.
+
+Per-slot behaviour (documented contract):
+  * unbound slot: the mask allows every token, ``accept`` returns True and keeps no state
+    (mixed batches);
+  * terminated slot (a stop token was accepted): the mask allows only the stop tokens and
+    ``accept`` returns False, until ``rollback`` or ``reset``;
+  * slot with an error code (a runtime limit was hit, or a rollback asked for more steps than
+    the history holds): the mask allows only the stop tokens, so sampling never sees an
+    all-masked row; the code stays until ``reset`` (read it with ``error_codes()``).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Union
+
+import numpy as np
+import torch
+
+import gxg.ops.xg_ops  # noqa: F401  (registers torch.ops.xg)
+from gxg.arena import ArenaCapacity, DeviceArena
+from gxg.grammar_compiler import CompiledGrammar
+from gxg.runtime import RuntimeLimits, RuntimeState
+from gxg.tokenizer import TokenizerInfo
+
+xg = torch.ops.xg
+
+
+class GrammarBatch:
+    def __init__(self, tokenizer_info: TokenizerInfo, device="cuda", max_batch: int = 256,
+                 limits: RuntimeLimits = RuntimeLimits(),
+                 capacity: ArenaCapacity = ArenaCapacity()):
+        self.device = torch.device(device)
+        self.max_batch = max_batch
+        self.limits = limits
+        self.vocab_size = tokenizer_info.vocab_size
+        self.arena = DeviceArena(tokenizer_info, self.device, capacity)
+        host = RuntimeState.allocate(max_batch, limits)
+        host.grammar[:] = -1
+        dev = self.device
+        state = [torch.from_numpy(array).to(dev) for array in host.arrays()]
+        b, p, k = max_batch, limits.pool_entries, limits.max_stacks
+        i32 = dict(dtype=torch.int32, device=dev)
+        limits_row = torch.tensor([p, k, limits.history, limits.max_closure,
+                                   limits.work_capacity, self.vocab_size, 0, 0], **i32)
+        scratch = [torch.zeros((b, limits.work_capacity * 3), **i32),   # work
+                   torch.zeros((b, limits.max_closure * 2), **i32),     # seen
+                   torch.zeros((b, k), **i32),                          # tops_a
+                   torch.zeros((b, k), **i32),                          # tops_b
+                   torch.zeros((b, p), **i32)]                          # mark
+        arena = self.arena.op_tensors()
+        # Device addresses the CUDA kernels index by position (csrc/automaton.cu, P_*).
+        addresses = [t.data_ptr() for t in state + arena + scratch + [limits_row]]
+        table = torch.tensor(addresses, dtype=torch.int64, device=dev)
+        self._state = state
+        self.runtime = state + [limits_row] + scratch + [table]
+        self._arena_tensors = arena
+        self._field = {name: t for name, t in zip(RuntimeState.FIELDS, state)}
+        self._bitmask = torch.empty((b, (self.vocab_size + 31) // 32), **i32)
+        self._all = torch.ones(b, dtype=torch.bool, device=dev)
+
+    # ------------------------------------------------------------------ binding (host side)
+    def bind(self, slot: int, compiled: CompiledGrammar) -> int:
+        """Register ``compiled`` in the arena (once) and start slot ``slot`` on it; returns the
+        grammar id. Between steps only (it writes from the host)."""
+        self._check_slot(slot)
+        gid = self.arena.register(compiled)
+        self._field["grammar"][slot] = gid
+        self.reset([slot])
+        return gid
+
+    def unbind(self, slot: int) -> None:
+        self._check_slot(slot)
+        self._field["grammar"][slot] = -1
+        self.reset([slot])
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.max_batch:
+            raise IndexError(f"slot {slot} out of range [0, {self.max_batch})")
+
+    # ------------------------------------------------------------------ steps (device side)
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> torch.Tensor:
+        self._check_bitmask(bitmask)
+        xg.fill_next_token_bitmask(self.runtime, self._arena_tensors, self.arena.arena_id,
+                                   bitmask)
+        return bitmask
+
+    def fill_and_apply(self, logits: torch.Tensor,
+                       bitmask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Mask ``logits`` [max_batch, >= vocab_size] in place; the bitmask used is written to
+        ``bitmask`` when given (else to an internal buffer, returned)."""
+        bitmask = self._bitmask if bitmask is None else bitmask
+        self._check_bitmask(bitmask)
+        xg.fill_and_apply(self.runtime, self._arena_tensors, self.arena.arena_id, logits,
+                          bitmask)
+        return bitmask
+
+    def accept(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """Advance every slot by its token; returns accepted (bool [max_batch]). A rejected
+        token leaves its slot unchanged."""
+        return xg.accept_token(self.runtime, self._arena_tensors, self.arena.arena_id,
+                               token_ids)
+
+    def rollback(self, num_tokens: Union[int, torch.Tensor]) -> torch.Tensor:
+        if isinstance(num_tokens, int):
+            num_tokens = torch.full((self.max_batch,), num_tokens, dtype=torch.int64,
+                                    device=self.device)
+        return xg.rollback(self.runtime, num_tokens)
+
+    def reset(self, slots: Union[Iterable[int], torch.Tensor, None] = None) -> None:
+        """Reset the given slots (ids, or a bool mask; None: all) to their grammar's start."""
+        if slots is None:
+            which = self._all
+        elif isinstance(slots, torch.Tensor) and slots.dtype == torch.bool:
+            which = slots
+        else:
+            which = torch.zeros(self.max_batch, dtype=torch.bool)
+            which[torch.as_tensor(list(slots), dtype=torch.long)] = True
+            which = which.to(self.device)
+        xg.reset(self.runtime, self._arena_tensors, self.arena.arena_id, which)
+
+    def is_terminated(self) -> torch.Tensor:
+        return self._field["terminated"] != 0
+
+    def error_codes(self) -> torch.Tensor:
+        return self._field["error"]
+
+    def _check_bitmask(self, bitmask: torch.Tensor) -> None:
+        words = (self.vocab_size + 31) // 32
+        if bitmask.shape != (self.max_batch, words) or bitmask.dtype != torch.int32:
+            raise ValueError(f"bitmask must be int32 of shape ({self.max_batch}, {words}), got "
+                             f"{bitmask.dtype} {tuple(bitmask.shape)}")
+
+    # ------------------------------------------------------------------ host matchers
+    def host_state(self) -> RuntimeState:
+        """A host copy of the whole state (a device read: not for the step loop)."""
+        return RuntimeState.from_arrays(self.limits,
+                                        [t.cpu().numpy().copy() for t in self._state])
+
+    def to_matcher(self, slot: int):
+        """A CPU ``GrammarMatcher`` holding a copy of slot ``slot``'s state."""
+        from gxg.matcher import GrammarMatcher
+        gid = int(self._field["grammar"][slot])
+        if gid < 0:
+            raise ValueError(f"slot {slot} is not bound")
+        matcher = GrammarMatcher(self.arena.compiled(gid), limits=self.limits)
+        self.host_state().copy_slot(slot, matcher.state, 0)
+        matcher.state.grammar[0] = 0
+        return matcher
+
+    def from_matcher(self, slot: int, matcher) -> None:
+        """Bind slot ``slot`` to the matcher's grammar and copy its state in."""
+        if matcher.state.limits != self.limits:
+            raise ValueError("the matcher's RuntimeLimits differ from the batch's")
+        gid = self.bind(slot, matcher.compiled_grammar)
+        for name, tensor in self._field.items():
+            value = getattr(matcher.state, name)[0]
+            tensor[slot] = torch.as_tensor(np.asarray(value)).to(self.device)
+        self._field["grammar"][slot] = gid

@@ -1,0 +1,101 @@
+"""Apply a token bitmask to logits in place: the Triton kernel (CUDA path of
+``xg::apply_token_bitmask_inplace`` and the last stage of ``xg::fill_and_apply``).
+
+In:  logits float32/float16/bfloat16 [R, V_logits] (or [V_logits]), last dimension contiguous;
+     bitmask int32 [R', W] (or [W]); optional ``indices`` (int tensor of rows) and
+     ``vocab_size``.
+Out: -inf at every token id < the effective width whose bit is 0; the semantics (effective
+     width, indices, checks) are those of the CPU reference ``ops/apply_bitmask.py``.
+
+Kernel ``_apply_kernel``
+  grid      (R, cdiv(width, 32·BLOCK_WORDS)); program (i, j) handles tokens
+            [32·BLOCK_WORDS·j, 32·BLOCK_WORDS·(j+1)) of row r = indices[i] (or i).
+  traffic   read 4·R·ceil(width/32) bytes of bitmask; write e·(number of 0 bits) bytes of
+            logits (e = element size; at most e·R·width: the floor of the pass); logits are
+            never read.
+  how       a word whose 32 bits are all 0 is 32 consecutive -inf: stored with a mask that is
+            constant along the word, so the stores vectorise (16 bytes a thread); only words
+            mixing 0s and 1s need per-token masked stores, and a block with none skips them.
+  invariants bitmask row r applies to logits row r; entries whose bit is 1 and ids >= width are
+            never written.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Optional, Sequence, Union
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_WORDS = 64   # 2,048 tokens per program
+NUM_WARPS = 4
+
+
+@triton.jit
+def _apply_kernel(logits_ptr, logits_row_stride, bitmask_ptr, bitmask_row_stride, indices_ptr,
+                  width, HAS_INDICES: tl.constexpr, BLOCK_WORDS: tl.constexpr):
+    i = tl.program_id(0)
+    block = tl.program_id(1)
+    if HAS_INDICES:
+        row = tl.load(indices_ptr + i).to(tl.int64)
+    else:
+        row = i.to(tl.int64)
+    word_offs = block * BLOCK_WORDS + tl.arange(0, BLOCK_WORDS)
+    words = tl.load(bitmask_ptr + row * bitmask_row_stride + word_offs,
+                    mask=word_offs * 32 < width, other=-1)
+    shifts = tl.arange(0, 32)
+    tokens = word_offs[:, None] * 32 + shifts[None, :]
+    pointers = logits_ptr + row * logits_row_stride + tokens
+    neg_inf = tl.full((BLOCK_WORDS, 32), float("-inf"), logits_ptr.dtype.element_ty)
+    zero_bits = ((words[:, None] >> shifts[None, :]) & 1) == 0
+    if (block + 1) * BLOCK_WORDS * 32 <= width:
+        all_zero = (words == 0)[:, None] & (shifts[None, :] >= 0)
+        tl.store(pointers, neg_inf, mask=all_zero)
+        mixed = (words != 0) & (words != -1)
+        if tl.sum(mixed.to(tl.int32), axis=0) > 0:
+            tl.store(pointers, neg_inf, mask=mixed[:, None] & zero_bits)
+    else:
+        tl.store(pointers, neg_inf, mask=zero_bits & (tokens < width))
+
+
+def apply_token_bitmask_inplace_triton(logits: torch.Tensor, bitmask: torch.Tensor, *,
+                                       vocab_size: Optional[int] = None,
+                                       indices: Optional[Union[Sequence[int], torch.Tensor]] = None,
+                                       block_words: int = BLOCK_WORDS,
+                                       num_warps: int = NUM_WARPS) -> None:
+    if bitmask.dtype != torch.int32:
+        raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+    if logits.device != bitmask.device:
+        raise ValueError(f"logits on {logits.device} but bitmask on {bitmask.device}")
+    logits2 = logits.unsqueeze(0) if logits.dim() == 1 else logits
+    bitmask2 = bitmask.unsqueeze(0) if bitmask.dim() == 1 else bitmask
+    if logits2.dim() != 2 or bitmask2.dim() != 2:
+        raise ValueError("logits and bitmask must be 1-D or 2-D")
+    if logits2.stride(1) != 1 or bitmask2.stride(1) != 1:
+        raise ValueError("the last dimension of logits and bitmask must be contiguous")
+    mask_width = 32 * bitmask2.shape[1]
+    if vocab_size is None:
+        width = min(logits2.shape[1], mask_width)
+        if mask_width < logits2.shape[1]:
+            warnings.warn(f"bitmask covers {mask_width} tokens but logits have "
+                          f"{logits2.shape[1]}; ids from {mask_width} on are left unmasked")
+    else:
+        if vocab_size > logits2.shape[1] or vocab_size > mask_width:
+            raise ValueError(f"vocab_size {vocab_size} exceeds the logits width "
+                             f"{logits2.shape[1]} or the bitmask width {mask_width}")
+        width = vocab_size
+    if indices is None:
+        if logits2.shape[0] != bitmask2.shape[0]:
+            raise ValueError(f"batch sizes differ: logits {logits2.shape[0]}, bitmask "
+                             f"{bitmask2.shape[0]} (pass indices to mask some rows)")
+        rows, index_tensor = logits2.shape[0], logits2  # any pointer: unused
+    else:
+        index_tensor = torch.as_tensor(indices, dtype=torch.int32, device=logits.device)
+        rows = index_tensor.numel()
+    if rows == 0 or width == 0:
+        return
+    grid = (rows, triton.cdiv(width, 32 * block_words))
+    _apply_kernel[grid](logits2, logits2.stride(0), bitmask2, bitmask2.stride(0), index_tensor,
+                        width, HAS_INDICES=indices is not None, BLOCK_WORDS=block_words,
+                        num_warps=num_warps)

@@ -1,0 +1,237 @@
+"""The ``torch.ops.xg`` ops: schemas, CPU kernels (the reference), CUDA kernels, fake kernels.
+
+In:  ``runtime`` — the runtime tensors of a ``GrammarBatch`` in ``RUNTIME_FIELDS`` order (the
+     ``RuntimeState`` fields, then the limits row, the CUDA kernels' scratch buffers and the
+     pointer table); ``arena`` — the ``DeviceArena`` buffers in ``ARENA_FIELDS`` order;
+     ``arena_id`` — which live arena the CPU kernels read their host tables from; and the
+     op's own arguments.
+Out: the ops below, each with fixed shapes, no host synchronisation and no allocation on the
+     CUDA path except its output tensor, declared mutations, and an nvtx range:
+
+  xg::reset(runtime!, arena, arena_id, slots)                      slots: bool [B]
+  xg::accept_token(runtime!, arena, arena_id, token_ids) -> bool [B]
+  xg::rollback(runtime!, num_tokens) -> bool [B]                    False: history too short
+  xg::fill_next_token_bitmask(runtime!, arena, arena_id, bitmask!)
+  xg::apply_token_bitmask_inplace(logits!, bitmask, indices?)
+  xg::fill_and_apply(runtime!, arena, arena_id, logits!, bitmask!)
+
+Semantics per slot: unbound (grammar -1): every token allowed and accepted, no state; a
+terminated slot, or one with an error code, allows only its stop tokens and accepts nothing
+(the code stays until reset); a failed rollback sets ERROR ROLLBACK_TOO_FAR. ``fill`` may set
+an error code too (an uncertain-token walk that outgrew the GPU kernel's local space), which is
+why it declares ``runtime`` mutated.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import List, Optional
+
+import numpy as np
+import torch
+
+from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
+from gxg.ops import reference
+from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
+
+STATE_COUNT = len(RuntimeState.FIELDS)
+RUNTIME_FIELDS = RuntimeState.FIELDS + ("limits", "work", "seen", "tops_a", "tops_b", "mark",
+                                        "pointer_table")
+LIMITS_INDEX = STATE_COUNT
+TABLE_INDEX = len(RUNTIME_FIELDS) - 1
+
+try:  # the nvtx package when present, else torch's binding
+    import nvtx as _nvtx
+
+    def _range(name: str):
+        return _nvtx.annotate(name)
+except ImportError:  # pragma: no cover - depends on the machine
+    def _range(name: str):
+        if torch.cuda.is_available():
+            return torch.cuda.nvtx.range(name)
+        return contextlib.nullcontext()
+
+
+# ----------------------------------------------------------------------------- CPU helpers
+
+
+def _limits(runtime: List[torch.Tensor]) -> RuntimeLimits:
+    p, k, h, closure = (int(v) for v in runtime[LIMITS_INDEX][:4].tolist())
+    return RuntimeLimits(max_stacks=k, pool_entries=p, history=h, max_closure=closure)
+
+
+def _host_state(runtime: List[torch.Tensor]) -> RuntimeState:
+    return RuntimeState.from_arrays(_limits(runtime),
+                                    [t.numpy() for t in runtime[:STATE_COUNT]])
+
+
+def _tables(arena_id: int, grammar: int):
+    from gxg.arena import LIVE_ARENAS
+    return LIVE_ARENAS[arena_id].host_tables(grammar)
+
+
+# ----------------------------------------------------------------------------- reset
+
+
+@torch.library.custom_op("xg::reset", mutates_args=("runtime",))
+def reset(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
+          slots: torch.Tensor) -> None:
+    state = _host_state(runtime)
+    for slot in np.flatnonzero(slots.numpy()).tolist():
+        grammar = int(state.grammar[slot])
+        if grammar < 0:
+            _clear(state, slot)
+        else:
+            reference.reset(state, slot, _tables(arena_id, grammar))
+
+
+def _clear(state: RuntimeState, slot: int) -> None:
+    for name in ("pool_size", "num_tops", "can_end", "terminated", "error", "hist_len",
+                 "hist_head"):
+        getattr(state, name)[slot] = 0
+
+
+@reset.register_kernel("cuda")
+def _(runtime, arena, arena_id, slots):
+    from gxg.ops import cuda_automaton
+    with _range("xg::reset"):
+        cuda_automaton.reset(runtime[TABLE_INDEX], slots)
+
+
+@reset.register_fake
+def _(runtime, arena, arena_id, slots):
+    return None
+
+
+# ----------------------------------------------------------------------------- accept
+
+
+@torch.library.custom_op("xg::accept_token", mutates_args=("runtime",))
+def accept_token(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
+                 token_ids: torch.Tensor) -> torch.Tensor:
+    state = _host_state(runtime)
+    accepted = np.zeros(token_ids.shape[0], dtype=bool)
+    for slot, token in enumerate(token_ids.tolist()):
+        grammar = int(state.grammar[slot])
+        accepted[slot] = True if grammar < 0 else reference.accept_token(
+            state, slot, _tables(arena_id, grammar), int(token))
+    return torch.from_numpy(accepted)
+
+
+@accept_token.register_kernel("cuda")
+def _(runtime, arena, arena_id, token_ids):
+    from gxg.ops import cuda_automaton
+    with _range("xg::accept_token"):
+        accepted = torch.empty(token_ids.shape[0], dtype=torch.bool, device=token_ids.device)
+        cuda_automaton.accept(runtime[TABLE_INDEX], token_ids.to(torch.int64), accepted)
+    return accepted
+
+
+@accept_token.register_fake
+def _(runtime, arena, arena_id, token_ids):
+    return token_ids.new_empty(token_ids.shape[0], dtype=torch.bool)
+
+
+# ----------------------------------------------------------------------------- rollback
+
+
+@torch.library.custom_op("xg::rollback", mutates_args=("runtime",))
+def rollback(runtime: List[torch.Tensor], num_tokens: torch.Tensor) -> torch.Tensor:
+    state = _host_state(runtime)
+    ok = np.ones(num_tokens.shape[0], dtype=bool)
+    for slot, count in enumerate(num_tokens.tolist()):
+        if state.grammar[slot] < 0 or count == 0:
+            continue
+        if not reference.rollback(state, slot, int(count)):
+            state.error[slot] = ErrorCode.ROLLBACK_TOO_FAR
+            ok[slot] = False
+    return torch.from_numpy(ok)
+
+
+@rollback.register_kernel("cuda")
+def _(runtime, num_tokens):
+    from gxg.ops import cuda_automaton
+    with _range("xg::rollback"):
+        ok = torch.empty(num_tokens.shape[0], dtype=torch.bool, device=num_tokens.device)
+        cuda_automaton.rollback(runtime[TABLE_INDEX], num_tokens.to(torch.int64), ok)
+    return ok
+
+
+@rollback.register_fake
+def _(runtime, num_tokens):
+    return num_tokens.new_empty(num_tokens.shape[0], dtype=torch.bool)
+
+
+# ----------------------------------------------------------------------------- fill
+
+
+@torch.library.custom_op("xg::fill_next_token_bitmask", mutates_args=("runtime", "bitmask"))
+def fill_next_token_bitmask(runtime: List[torch.Tensor], arena: List[torch.Tensor],
+                            arena_id: int, bitmask: torch.Tensor) -> None:
+    state = _host_state(runtime)
+    rows = bitmask.numpy()
+    for slot in range(bitmask.shape[0]):
+        grammar = int(state.grammar[slot])
+        if grammar < 0:
+            rows[slot] = -1
+        else:
+            reference.fill_next_token_bitmask(state, slot, _tables(arena_id, grammar),
+                                              rows[slot])
+
+
+def _fill_cuda(runtime, arena, bitmask) -> None:
+    from gxg.ops import cuda_automaton
+    from gxg.ops.fill_triton import fill_dense
+    fill_dense(runtime[:STATE_COUNT], arena, bitmask)
+    cuda_automaton.uncertain(runtime[TABLE_INDEX], bitmask.shape[0], bitmask)
+
+
+@fill_next_token_bitmask.register_kernel("cuda")
+def _(runtime, arena, arena_id, bitmask):
+    with _range("xg::fill_next_token_bitmask"):
+        _fill_cuda(runtime, arena, bitmask)
+
+
+@fill_next_token_bitmask.register_fake
+def _(runtime, arena, arena_id, bitmask):
+    return None
+
+
+# ----------------------------------------------------------------------------- apply
+
+
+@torch.library.custom_op("xg::apply_token_bitmask_inplace", mutates_args=("logits",))
+def apply_token_bitmask_inplace(logits: torch.Tensor, bitmask: torch.Tensor,
+                                indices: Optional[torch.Tensor] = None) -> None:
+    apply_token_bitmask_inplace_cpu(logits, bitmask, indices=indices)
+
+
+@apply_token_bitmask_inplace.register_kernel("cuda")
+def _(logits, bitmask, indices=None):
+    from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton
+    with _range("xg::apply_token_bitmask_inplace"):
+        apply_token_bitmask_inplace_triton(logits, bitmask, indices=indices)
+
+
+@apply_token_bitmask_inplace.register_fake
+def _(logits, bitmask, indices=None):
+    return None
+
+
+@torch.library.custom_op("xg::fill_and_apply", mutates_args=("runtime", "logits", "bitmask"))
+def fill_and_apply(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
+                   logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+    fill_next_token_bitmask(runtime, arena, arena_id, bitmask)
+    apply_token_bitmask_inplace_cpu(logits, bitmask)
+
+
+@fill_and_apply.register_kernel("cuda")
+def _(runtime, arena, arena_id, logits, bitmask):
+    from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton
+    with _range("xg::fill_and_apply"):
+        _fill_cuda(runtime, arena, bitmask)
+        apply_token_bitmask_inplace_triton(logits, bitmask)
+
+
+@fill_and_apply.register_fake
+def _(runtime, arena, arena_id, logits, bitmask):
+    return None

@@ -1,0 +1,150 @@
+"""Per-kernel times of a gxg decode step on the GPU, and apply-kernel variants.
+
+Where the step's time goes: for the builtin JSON grammar on the Qwen vocabulary, a batch is
+advanced a few teacher-forced tokens into real documents, then each part of the step is timed
+alone as CUDA-graph replays (R launches per graph, median of several replays): the dense fill
+(Triton), the uncertain-token check (CUDA C++), the apply (Triton), the whole fill_and_apply op,
+and accept (an accept + rollback pair minus a rollback alone). Also the floor of the logits
+pass (a fill of B x V fp32) and apply variants (block size, warps, read-before-write) against
+XGrammar's apply kernel.
+
+Usage: python profiling/bench_kernels.py [--batches 1 64 1024]
+Prints tables and writes JSON (profiling/results/bench_kernels.json or --out).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import MASKBENCH, machine, print_table  # noqa: E402
+
+from gxg import vocabularies  # noqa: E402
+from gxg.batch import GrammarBatch  # noqa: E402
+from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
+from gxg.ops import cuda_automaton  # noqa: E402
+from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton  # noqa: E402
+from gxg.ops.fill_triton import fill_dense  # noqa: E402
+from gxg.ops.xg_ops import STATE_COUNT, TABLE_INDEX  # noqa: E402
+
+REPEATS_PER_GRAPH = 20
+
+
+def graph_time(body, replays: int = 7) -> float:
+    """Seconds per call of ``body``: median over replays of a graph of REPEATS_PER_GRAPH calls."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        body()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(REPEATS_PER_GRAPH):
+            body()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / REPEATS_PER_GRAPH)
+    return sorted(times)[len(times) // 2]
+
+
+def documents(limit: int = 64):
+    docs = []
+    for path in sorted(Path(MASKBENCH).glob("*.json")):
+        case = json.loads(path.read_text())
+        for test in case["tests"]:
+            if test.get("valid") and isinstance(test["data"], dict):
+                docs.append(json.dumps(test["data"]))
+                break
+        if len(docs) >= limit:
+            break
+    return docs
+
+
+def main() -> None:
+    global MASKBENCH
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 64, 1024])
+    parser.add_argument("--advance", type=int, default=6)
+    parser.add_argument("--maskbench", default=str(MASKBENCH))
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    MASKBENCH = Path(args.maskbench)
+    try:
+        import xgrammar as xgr
+    except ImportError:
+        xgr = None
+    info = vocabularies.tokenizer_info_for("qwen")
+    tokenizer = vocabularies.qwen_tokenizer()
+    compiled = GrammarCompiler(info).compile_builtin_json_grammar()
+    streams = [s for s in (tokenizer.encode(d, add_special_tokens=False) for d in documents())
+               if len(s) > args.advance + 2]
+    v = info.vocab_size
+    rows, apply_rows = [], []
+    for b in args.batches:
+        batch = GrammarBatch(info, device="cuda", max_batch=b)
+        for slot in range(b):
+            batch.bind(slot, compiled)
+        for t in range(args.advance):
+            ok = batch.accept(torch.tensor([streams[s % len(streams)][t] for s in range(b)],
+                                           device="cuda"))
+        assert bool(ok.all())
+        next_tokens = torch.tensor([streams[s % len(streams)][args.advance] for s in range(b)],
+                                   device="cuda")
+        logits = torch.randn(b, v, device="cuda")
+        bitmask = torch.empty((b, (v + 31) // 32), dtype=torch.int32, device="cuda")
+        state, arena, table = batch.runtime[:STATE_COUNT], batch._arena_tensors, \
+            batch.runtime[TABLE_INDEX]
+        ones = torch.ones(b, dtype=torch.int64, device="cuda")
+        parts = {
+            "fill_dense": lambda: fill_dense(state, arena, bitmask),
+            "uncertain": lambda: cuda_automaton.uncertain(table, b, bitmask),
+            "apply": lambda: apply_token_bitmask_inplace_triton(logits, bitmask),
+            "fill_and_apply": lambda: batch.fill_and_apply(logits, bitmask),
+            "accept+rollback": lambda: (batch.accept(next_tokens), batch.rollback(ones)),
+            "rollback": lambda: batch.rollback(ones),
+            "logits_write_floor": lambda: logits.fill_(0.5),
+        }
+        times = {name: graph_time(body) for name, body in parts.items()}
+        times["accept"] = times["accept+rollback"] - times["rollback"]
+        row = {"batch": b, **{f"{k}_us": 1e6 * t for k, t in times.items()}}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        for block_words in (16, 32, 64, 128):
+            for warps in (4, 8):
+                t = graph_time(lambda: apply_token_bitmask_inplace_triton(
+                    logits, bitmask, block_words=block_words, num_warps=warps))
+                apply_rows.append({"batch": b, "block_words": block_words, "warps": warps,
+                                   "us": 1e6 * t, "GBps": b * v * 4 / t / 1e9})
+        if xgr is not None:
+            t = graph_time(lambda: xgr.apply_token_bitmask_inplace(logits, bitmask))
+            apply_rows.append({"batch": b, "block_words": "xgrammar", "us": 1e6 * t,
+                               "GBps": b * v * 4 / t / 1e9})
+    print(f"\ndevice: {torch.cuda.get_device_name()}; builtin JSON, Qwen vocab {v}, fp32")
+    print_table(rows, list(rows[0]))
+    print()
+    best = {}
+    for r in apply_rows:
+        key = r["batch"]
+        if r["block_words"] != "xgrammar" and (key not in best or r["us"] < best[key]["us"]):
+            best[key] = r
+    print_table(list(best.values()) + [r for r in apply_rows if r["block_words"] == "xgrammar"],
+                ["batch", "block_words", "warps", "us", "GBps"])
+    out = Path(args.out) if args.out else (Path(__file__).resolve().parent / "results" /
+                                           "bench_kernels.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(), "device": torch.cuda.get_device_name(),
+                               "rows": rows, "apply": apply_rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

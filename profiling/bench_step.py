@@ -1,0 +1,254 @@
+"""Per-step time of fill + apply + accept on the GPU, gxg (one CUDA graph) vs XGrammar's CPU path.
+
+Setup: Qwen vocabulary (151,851 tokens), fp32 logits [B, V]; grammars: builtin JSON and two
+MaskBench schemas (converted to EBNF by XGrammar's converter so that both engines run the same
+grammar; any_whitespace=False), token streams teacher-forced from valid documents tokenised by
+the Qwen tokenizer; slot b follows document b mod n.
+
+gxg: ``GrammarBatch.fill_and_apply`` + ``accept`` for T steps captured in one CUDA graph (with a
+reset at its start); per-step time = (replay time - reset-only replay time) / T.
+XGrammar 0.2.8: ``BatchGrammarMatcher.batch_fill_next_token_bitmask`` on the CPU (best of several
+thread counts) into a pinned bitmask, host-to-device copy, its ``apply_token_bitmask_inplace``
+kernel, ``batch_accept_token``; host clock with a device synchronisation per step.
+
+Floors (write them down first): the logits pass must write B·V·4 bytes (fp32); divided by the
+device-to-device copy bandwidth measured in the same run (bytes read + written per second) it
+gives the floor of apply; the bitmask is B·ceil(V/32)·4 bytes.
+
+Usage: python profiling/bench_step.py [--batches 1 8 64 256 1024] [--steps 32]
+Prints tables and writes JSON (profiling/results/bench_step.json or --out).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import MASKBENCH, machine, print_table  # noqa: E402
+
+from gxg import vocabularies  # noqa: E402
+from gxg.batch import GrammarBatch  # noqa: E402
+from gxg.grammar import Grammar  # noqa: E402
+from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
+from gxg.runtime import RuntimeLimits  # noqa: E402
+
+SCHEMAS = ["Github_easy---o27713.json", "Github_easy---o49496.json"]
+
+
+def copy_bandwidth() -> float:
+    """Bytes (read + written) per second of a large device-to-device copy."""
+    src = torch.randn(256 * 1024 * 1024 // 4, device="cuda")
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        dst.copy_(src)
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * src.numel() * 4 * 20 / (start.elapsed_time(end) / 1e3)
+
+
+def workloads(maskbench_dir: Path):
+    """(name, ebnf or None for builtin JSON, documents) — documents as JSON text."""
+    from xgrammar.testing import _json_schema_to_ebnf
+    json_docs = []
+    out = []
+    for name in SCHEMAS:
+        case = json.loads((maskbench_dir / name).read_text())
+        docs = [json.dumps(t["data"]) for t in case["tests"] if t.get("valid")]
+        ebnf = _json_schema_to_ebnf(json.dumps(case["schema"]), any_whitespace=False)
+        out.append((name.split("---")[-1].replace(".json", ""), ebnf, docs))
+        json_docs += [d for d in docs if d.startswith("{")]
+    for path in sorted(maskbench_dir.glob("*.json"))[:200]:
+        case = json.loads(path.read_text())
+        for test in case["tests"]:
+            if test.get("valid") and isinstance(test["data"], dict):
+                json_docs.append(json.dumps(test["data"]))
+                break
+    return [("builtin_json", None, json_docs)] + out
+
+
+def token_streams(tokenizer, docs, steps):
+    streams = [tokenizer.encode(d, add_special_tokens=False) for d in docs]
+    streams = [s for s in streams if len(s) >= steps]
+    if not streams:
+        raise SystemExit(f"no document has {steps} tokens")
+    return streams
+
+
+def time_gxg(info, compiled, streams, batch_size, steps, reps):
+    limits = RuntimeLimits()
+    batch = GrammarBatch(info, device="cuda", max_batch=batch_size, limits=limits)
+    for slot in range(batch_size):
+        batch.bind(slot, compiled)
+    tokens = torch.tensor([[streams[b % len(streams)][t] for b in range(batch_size)]
+                           for t in range(steps)], dtype=torch.int64, device="cuda")
+    logits = torch.randn(batch_size, info.vocab_size, device="cuda")
+    accepted_all = torch.ones(batch_size, dtype=torch.bool, device="cuda")
+
+    def run_steps():
+        batch.reset()
+        for t in range(steps):
+            batch.fill_and_apply(logits)
+            accepted_all.logical_and_(batch.accept(tokens[t]))
+
+    run_steps()  # compiles the kernels, checks the streams
+    torch.cuda.synchronize()
+    if not bool(accepted_all.all()):
+        raise SystemExit("gxg rejected a teacher-forced token")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        run_steps()
+    torch.cuda.current_stream().wait_stream(stream)
+    graphs = {}
+    for name, body in (("steps", run_steps), ("reset", lambda: batch.reset())):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            body()
+        graphs[name] = graph
+    times = {}
+    for name, graph in graphs.items():
+        graph.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times[name] = start.elapsed_time(end) / reps / 1e3
+    per_step = (times["steps"] - times["reset"]) / steps
+    # kernel split: fill_and_apply alone, accept alone (graphs of the steps minus one part)
+    return per_step, batch
+
+
+def time_apply(info, batch_size, reps, xgr):
+    logits = torch.randn(batch_size, info.vocab_size, device="cuda")
+    bitmask = torch.randint(-2**31, 2**31 - 1, (batch_size, (info.vocab_size + 31) // 32),
+                            dtype=torch.int32, device="cuda")
+    out = {}
+    runs = {"gxg": lambda: torch.ops.xg.apply_token_bitmask_inplace(logits, bitmask, None)}
+    if xgr is not None:
+        runs["xgrammar"] = lambda: xgr.apply_token_bitmask_inplace(logits, bitmask)
+    for name, run in runs.items():
+        for _ in range(3):
+            run()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            run()
+        end.record()
+        torch.cuda.synchronize()
+        out[name] = start.elapsed_time(end) / reps / 1e3
+    return out
+
+
+def time_xgrammar(xgr, xinfo, xcompiled, streams, batch_size, steps, vocab_size):
+    logits = torch.randn(batch_size, vocab_size, device="cuda")
+    bitmask_cpu = torch.empty((batch_size, (vocab_size + 31) // 32), dtype=torch.int32,
+                              pin_memory=True)
+    best = None
+    cores = os.cpu_count() or 1
+    for threads in sorted({1, 4, 8, cores} & set(range(1, cores + 1))):
+        batcher = xgr.BatchGrammarMatcher(threads)
+        matchers = [xgr.GrammarMatcher(xcompiled) for _ in range(batch_size)]
+        times = []
+        for t in range(steps):
+            start = time.perf_counter()
+            batcher.batch_fill_next_token_bitmask(matchers, bitmask_cpu)
+            bitmask = bitmask_cpu.to("cuda", non_blocking=True)
+            xgr.apply_token_bitmask_inplace(logits, bitmask)
+            ok = xgr.BatchGrammarMatcher.batch_accept_token(
+                matchers, [streams[b % len(streams)][t] for b in range(batch_size)])
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+            if not all(ok):
+                raise SystemExit("xgrammar rejected a teacher-forced token")
+        per_step = sorted(times)[len(times) // 2]
+        if best is None or per_step < best[0]:
+            best = (per_step, threads)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64, 256, 1024])
+    parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--maskbench", default=str(MASKBENCH))
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    try:
+        import xgrammar as xgr
+    except ImportError:
+        xgr = None
+    device = torch.cuda.get_device_name()
+    bandwidth = copy_bandwidth()
+    info = vocabularies.tokenizer_info_for("qwen")
+    tokenizer = vocabularies.qwen_tokenizer()
+    compiler = GrammarCompiler(info)
+    if xgr is not None:
+        xinfo = xgr.TokenizerInfo(info.decoded_vocab, xgr.VocabType.RAW,
+                                  vocab_size=info.vocab_size, stop_token_ids=info.stop_token_ids)
+        xcompiler = xgr.GrammarCompiler(xinfo)
+    rows = []
+    for name, ebnf, docs in workloads(Path(args.maskbench)):
+        grammar = Grammar.builtin_json_grammar() if ebnf is None else Grammar.from_ebnf(ebnf)
+        compiled = compiler.compile_grammar(grammar)
+        streams = token_streams(tokenizer, docs, args.steps)
+        if xgr is not None:
+            xcompiled = (xcompiler.compile_builtin_json_grammar() if ebnf is None
+                         else xcompiler.compile_grammar(ebnf))
+        for batch_size in args.batches:
+            per_step, _ = time_gxg(info, compiled, streams, batch_size, args.steps, args.reps)
+            floor = batch_size * info.vocab_size * 4 / bandwidth
+            row = {"grammar": name, "batch": batch_size, "gxg_us": per_step * 1e6,
+                   "floor_us": floor * 1e6,
+                   "target_us": (1.5 * floor + 20e-6) * 1e6}
+            if xgr is not None and (batch_size <= 256 or name == "builtin_json"):
+                x_step, threads = time_xgrammar(xgr, xinfo, xcompiled, streams, batch_size,
+                                                min(args.steps, 16), info.vocab_size)
+                row.update({"xgrammar_us": x_step * 1e6, "xgr_threads": threads,
+                            "speedup": x_step / per_step})
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    apply_rows = []
+    for batch_size in args.batches:
+        times = time_apply(info, batch_size, args.reps, xgr)
+        bytes_written = batch_size * info.vocab_size * 4
+        row = {"batch": batch_size, "gxg_apply_us": times["gxg"] * 1e6,
+               "gxg_GBps_logits": bytes_written / times["gxg"] / 1e9,
+               "floor_us": bytes_written / bandwidth * 1e6}
+        if "xgrammar" in times:
+            row["xgrammar_apply_us"] = times["xgrammar"] * 1e6
+        apply_rows.append(row)
+    print(f"\ndevice: {device}; copy bandwidth {bandwidth / 1e9:.0f} GB/s (read+write); "
+          f"vocab {info.vocab_size}; fp32 logits")
+    print_table(rows, [c for c in ["grammar", "batch", "gxg_us", "floor_us", "target_us",
+                                   "xgrammar_us", "xgr_threads", "speedup"]
+                       if any(c in r for r in rows)])
+    print()
+    print_table(apply_rows, [c for c in ["batch", "gxg_apply_us", "gxg_GBps_logits", "floor_us",
+                                         "xgrammar_apply_us"] if any(c in r for r in apply_rows)])
+    payload = {"machine": machine(), "device": device, "copy_bandwidth_Bps": bandwidth,
+               "vocab_size": info.vocab_size, "steps": args.steps, "rows": rows,
+               "apply": apply_rows}
+    out = Path(args.out) if args.out else (Path(__file__).resolve().parent / "results" /
+                                           "bench_step.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
