@@ -129,30 +129,7 @@ struct Slot {
   const int* ref_start;
   const int* ref_return;
   const int* byte_class;  // this grammar's row
-  // scratch of the closure: shared memory when the launch gave enough, else global
-  int* work;    // [work_cap * 3]
-  int* seen;    // [max_closure * 2]
-  int* tops_a;  // [K]
-  int* tops_b;  // [K]
 };
-
-extern __shared__ int shared_scratch[];
-
-// Point the slot's scratch at shared memory (when ``use_shared``) or at its global rows.
-__device__ void place_scratch(Slot& s, bool use_shared) {
-  const Limits& l = s.lim;
-  if (use_shared) {
-    s.work = shared_scratch;
-    s.seen = s.work + l.work_cap * 3;
-    s.tops_a = s.seen + l.max_closure * 2;
-    s.tops_b = s.tops_a + l.K;
-  } else {
-    s.work = ptr<int>(s.t, P_WORK) + (size_t)s.b * l.work_cap * 3;
-    s.seen = ptr<int>(s.t, P_SEEN) + (size_t)s.b * l.max_closure * 2;
-    s.tops_a = ptr<int>(s.t, P_TOPS_A) + (size_t)s.b * l.K;
-    s.tops_b = ptr<int>(s.t, P_TOPS_B) + (size_t)s.b * l.K;
-  }
-}
 
 __device__ Slot make_slot(const u64* t, int b) {
   Slot s;
@@ -206,7 +183,7 @@ __device__ int entry_for(Slot& s, int node, int parent, int created_from, int* e
 // ``tops_out`` and returns their count, or -1 with *error set.
 __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_end,
                      int* error) {
-  int* seen = s.seen;
+  int* seen = ptr<int>(s.t, P_SEEN) + (size_t)s.b * s.lim.max_closure * 2;
   int seen_len = 0;
   int num_tops = 0;
   int created_from = *s.pool_size;
@@ -363,13 +340,13 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
   int* error_p = ptr<int>(t, P_ERROR) + b;
   if (*s.pool_size > (3 * s.lim.P) / 4) compact_pool(s);
   int base_size = *s.pool_size;
-  int* cur = s.tops_a;
-  int* nxt = s.tops_b;
+  int* cur = ptr<int>(t, P_TOPS_A) + (size_t)b * K;
+  int* nxt = ptr<int>(t, P_TOPS_B) + (size_t)b * K;
   int* tops = ptr<int>(t, P_TOPS) + (size_t)b * K;
   int num = ptr<int>(t, P_NUM_TOPS)[b];
   for (int k = 0; k < num; ++k) cur[k] = tops[k];
   int can_end = ptr<signed char>(t, P_CAN_END)[b];
-  int* work = s.work;
+  int* work = ptr<int>(t, P_WORK) + (size_t)b * s.lim.work_cap * 3;
   for (int i = 0; i < length; ++i) {
     int byte = data[i];
     // seeds in top order, stored reversed so that the first seed is processed first
@@ -405,11 +382,10 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
 }
 
 extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token_ids,
-                                     bool* accepted, int use_shared) {
+                                     bool* accepted) {
   int b = blockIdx.x;
   if (b >= B || threadIdx.x != 0) return;
   Slot s = make_slot(t, b);
-  place_scratch(s, use_shared);
   long long token = token_ids[b];
   if (s.grammar < 0) { accepted[b] = true; return; }
   signed char* terminated = ptr<signed char>(t, P_TERMINATED) + b;
@@ -432,11 +408,10 @@ extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token
 
 // ----------------------------------------------------------------------------- reset
 
-extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which, int use_shared) {
+extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
   int b = blockIdx.x;
   if (b >= B || threadIdx.x != 0 || !which[b]) return;
   Slot s = make_slot(t, b);
-  place_scratch(s, use_shared);
   *s.pool_size = 0;
   ptr<int>(t, P_HIST_LEN)[b] = 0;
   ptr<int>(t, P_HIST_HEAD)[b] = 0;
@@ -445,7 +420,7 @@ extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which, int 
   ptr<int>(t, P_NUM_TOPS)[b] = 0;
   ptr<signed char>(t, P_CAN_END)[b] = 0;
   if (s.grammar < 0) return;
-  int* work = s.work;
+  int* work = ptr<int>(t, P_WORK) + (size_t)b * s.lim.work_cap * 3;
   work[0] = ptr<const int>(t, P_ROOT)[s.grammar];
   work[1] = -1;
   work[2] = -1;

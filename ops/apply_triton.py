@@ -10,13 +10,12 @@ Out: -inf at every token id < the effective width whose bit is 0; the semantics 
 Kernel ``_apply_kernel``
   grid      (R, cdiv(width, 32·BLOCK_WORDS)); program (i, j) handles tokens
             [32·BLOCK_WORDS·j, 32·BLOCK_WORDS·(j+1)) of row r = indices[i] (or i).
-  traffic   read 4·R·ceil(width/32) bytes of bitmask; write 32·e bytes per all-zero word;
-            read and write 32·e bytes per word mixing 0s and 1s; nothing for an all-ones word
-            (e = element size). At most e·R·width written: the floor of the pass.
-  how       every load and store is masked by a condition constant along a word (32
-            consecutive tokens), so they vectorise (16 bytes a thread): an all-zero word is 32
-            -inf stores; a mixed word is loaded, selected and stored whole (a block with no
-            mixed word skips that part); per-token masks only in the last, partial block.
+  traffic   read 4·R·ceil(width/32) bytes of bitmask; write e·(number of 0 bits) bytes of
+            logits (e = element size; at most e·R·width: the floor of the pass); logits are
+            never read.
+  how       a word whose 32 bits are all 0 is 32 consecutive -inf: stored with a mask that is
+            constant along the word, so the stores vectorise (16 bytes a thread); only words
+            mixing 0s and 1s need per-token masked stores, and a block with none skips them.
   invariants bitmask row r applies to logits row r; entries whose bit is 1 and ids >= width are
             never written.
 """
@@ -29,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_WORDS = 128  # 4,096 tokens per program
+BLOCK_WORDS = 64   # 2,048 tokens per program
 NUM_WARPS = 4
 
 
@@ -51,14 +50,11 @@ def _apply_kernel(logits_ptr, logits_row_stride, bitmask_ptr, bitmask_row_stride
     neg_inf = tl.full((BLOCK_WORDS, 32), float("-inf"), logits_ptr.dtype.element_ty)
     zero_bits = ((words[:, None] >> shifts[None, :]) & 1) == 0
     if (block + 1) * BLOCK_WORDS * 32 <= width:
-        # Masks constant along each word (broadcast), so loads and stores vectorise.
-        all_zero = tl.broadcast_to((words == 0)[:, None], (BLOCK_WORDS, 32))
+        all_zero = (words == 0)[:, None] & (shifts[None, :] >= 0)
         tl.store(pointers, neg_inf, mask=all_zero)
-        mixed_words = (words != 0) & (words != -1)
-        if tl.sum(mixed_words.to(tl.int32), axis=0) > 0:
-            mixed = tl.broadcast_to(mixed_words[:, None], (BLOCK_WORDS, 32))
-            kept = tl.load(pointers, mask=mixed)
-            tl.store(pointers, tl.where(zero_bits, neg_inf, kept), mask=mixed)
+        mixed = (words != 0) & (words != -1)
+        if tl.sum(mixed.to(tl.int32), axis=0) > 0:
+            tl.store(pointers, neg_inf, mask=mixed[:, None] & zero_bits)
     else:
         tl.store(pointers, neg_inf, mask=zero_bits & (tokens < width))
 

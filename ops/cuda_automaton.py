@@ -30,25 +30,14 @@ def _module(device_index: int):
         return cupy.RawModule(code=SOURCE.read_text(), options=("-std=c++17",))
 
 
-def _launch(name: str, device: torch.device, grid, block, args, shared_mem: int = 0) -> None:
+def _launch(name: str, device: torch.device, grid, block, args) -> None:
     import cupy
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     kernel = _module(index).get_function(name)
     stream = _external_stream(torch.cuda.current_stream(device).cuda_stream)
     with cupy.cuda.Device(index), stream:
-        kernel(grid, block, args, shared_mem=shared_mem)
-
-
-SHARED_LIMIT = 48 * 1024  # dynamic shared memory a block gets without opting in
-
-
-def closure_shared_bytes(work: torch.Tensor, seen: torch.Tensor, tops: torch.Tensor) -> int:
-    """Shared memory for one slot's closure scratch (its work list, visited pairs and two top
-    lists: the row sizes of the global scratch buffers), or 0 when that exceeds what a block
-    gets without opting in; the kernels then use the global scratch."""
-    size = 4 * (work.shape[1] + seen.shape[1] + 2 * tops.shape[1])
-    return size if size <= SHARED_LIMIT else 0
+        kernel(grid, block, args)
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,21 +58,18 @@ def _warp_per_slot(batch: int):
     return (batch,), (32,)
 
 
-def accept(table: torch.Tensor, token_ids: torch.Tensor, accepted: torch.Tensor,
-           shared_bytes: int) -> None:
+def accept(table: torch.Tensor, token_ids: torch.Tensor, accepted: torch.Tensor) -> None:
     batch = token_ids.shape[0]
     grid, block = _warp_per_slot(batch)
     _launch("xg_accept", table.device, grid, block,
-            (_pointer(table), np.int32(batch), _pointer(token_ids), _pointer(accepted),
-             np.int32(shared_bytes > 0)), shared_mem=shared_bytes)
+            (_pointer(table), np.int32(batch), _pointer(token_ids), _pointer(accepted)))
 
 
-def reset(table: torch.Tensor, which: torch.Tensor, shared_bytes: int) -> None:
+def reset(table: torch.Tensor, which: torch.Tensor) -> None:
     batch = which.shape[0]
     grid, block = _warp_per_slot(batch)
     _launch("xg_reset", table.device, grid, block,
-            (_pointer(table), np.int32(batch), _pointer(which), np.int32(shared_bytes > 0)),
-            shared_mem=shared_bytes)
+            (_pointer(table), np.int32(batch), _pointer(which)))
 
 
 def rollback(table: torch.Tensor, num_tokens: torch.Tensor, ok: torch.Tensor) -> None:

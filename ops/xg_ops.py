@@ -39,12 +39,6 @@ RUNTIME_FIELDS = RuntimeState.FIELDS + ("limits", "work", "seen", "tops_a", "top
 LIMITS_INDEX = STATE_COUNT
 TABLE_INDEX = len(RUNTIME_FIELDS) - 1
 
-
-def _shared_bytes(runtime: List[torch.Tensor]) -> int:
-    from gxg.ops import cuda_automaton
-    field = dict(zip(RUNTIME_FIELDS, runtime))
-    return cuda_automaton.closure_shared_bytes(field["work"], field["seen"], field["tops_a"])
-
 try:  # the nvtx package when present, else torch's binding
     import nvtx as _nvtx
 
@@ -100,7 +94,7 @@ def _clear(state: RuntimeState, slot: int) -> None:
 def _(runtime, arena, arena_id, slots):
     from gxg.ops import cuda_automaton
     with _range("xg::reset"):
-        cuda_automaton.reset(runtime[TABLE_INDEX], slots, _shared_bytes(runtime))
+        cuda_automaton.reset(runtime[TABLE_INDEX], slots)
 
 
 @reset.register_fake
@@ -128,8 +122,7 @@ def _(runtime, arena, arena_id, token_ids):
     from gxg.ops import cuda_automaton
     with _range("xg::accept_token"):
         accepted = torch.empty(token_ids.shape[0], dtype=torch.bool, device=token_ids.device)
-        cuda_automaton.accept(runtime[TABLE_INDEX], token_ids.to(torch.int64), accepted,
-                              _shared_bytes(runtime))
+        cuda_automaton.accept(runtime[TABLE_INDEX], token_ids.to(torch.int64), accepted)
     return accepted
 
 
