@@ -17,7 +17,7 @@ import threading
 from concurrent.futures import Future
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 import numpy as np
 

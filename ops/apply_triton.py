@@ -21,12 +21,13 @@ Kernel ``_apply_kernel``
 """
 from __future__ import annotations
 
-import warnings
 from typing import Optional, Sequence, Union
 
 import torch
 import triton
 import triton.language as tl
+
+from gxg.ops.apply_bitmask import apply_arguments
 
 BLOCK_WORDS = 128  # 4,096 tokens per program (the best of 16..128 words on an H200)
 NUM_WARPS = 4
@@ -64,31 +65,10 @@ def apply_token_bitmask_inplace_triton(logits: torch.Tensor, bitmask: torch.Tens
                                        indices: Optional[Union[Sequence[int], torch.Tensor]] = None,
                                        block_words: int = BLOCK_WORDS,
                                        num_warps: int = NUM_WARPS) -> None:
-    if bitmask.dtype != torch.int32:
-        raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
-    if logits.device != bitmask.device:
-        raise ValueError(f"logits on {logits.device} but bitmask on {bitmask.device}")
-    logits2 = logits.unsqueeze(0) if logits.dim() == 1 else logits
-    bitmask2 = bitmask.unsqueeze(0) if bitmask.dim() == 1 else bitmask
-    if logits2.dim() != 2 or bitmask2.dim() != 2:
-        raise ValueError("logits and bitmask must be 1-D or 2-D")
+    logits2, bitmask2, width = apply_arguments(logits, bitmask, vocab_size, indices is not None)
     if logits2.stride(1) != 1 or bitmask2.stride(1) != 1:
         raise ValueError("the last dimension of logits and bitmask must be contiguous")
-    mask_width = 32 * bitmask2.shape[1]
-    if vocab_size is None:
-        width = min(logits2.shape[1], mask_width)
-        if mask_width < logits2.shape[1]:
-            warnings.warn(f"bitmask covers {mask_width} tokens but logits have "
-                          f"{logits2.shape[1]}; ids from {mask_width} on are left unmasked")
-    else:
-        if vocab_size > logits2.shape[1] or vocab_size > mask_width:
-            raise ValueError(f"vocab_size {vocab_size} exceeds the logits width "
-                             f"{logits2.shape[1]} or the bitmask width {mask_width}")
-        width = vocab_size
     if indices is None:
-        if logits2.shape[0] != bitmask2.shape[0]:
-            raise ValueError(f"batch sizes differ: logits {logits2.shape[0]}, bitmask "
-                             f"{bitmask2.shape[0]} (pass indices to mask some rows)")
         rows, index_tensor = logits2.shape[0], logits2  # any pointer: unused
     else:
         index_tensor = torch.as_tensor(indices, dtype=torch.int32, device=logits.device)

@@ -28,7 +28,7 @@ from gxg.batch import GrammarBatch  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.ops import cuda_automaton  # noqa: E402
 from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton  # noqa: E402
-from gxg.ops.fill_triton import apply_bitmask, fill_dense  # noqa: E402
+from gxg.ops.fill_triton import fill_dense  # noqa: E402
 from gxg.ops.xg_ops import STATE_COUNT, TABLE_INDEX  # noqa: E402
 
 REPEATS_PER_GRAPH = 20
@@ -124,10 +124,6 @@ def main() -> None:
                     logits, bitmask, block_words=block_words, num_warps=warps))
                 apply_rows.append({"batch": b, "block_words": block_words, "warps": warps,
                                    "us": 1e6 * t, "GBps": b * v * 4 / t / 1e9})
-        for read in (True, False):
-            t = graph_time(lambda: apply_bitmask(logits, bitmask, read_logits=read))
-            apply_rows.append({"batch": b, "block_words": f"tiles(read={read})",
-                               "us": 1e6 * t, "GBps": b * v * 4 / t / 1e9})
         if xgr is not None:
             t = graph_time(lambda: xgr.apply_token_bitmask_inplace(logits, bitmask))
             apply_rows.append({"batch": b, "block_words": "xgrammar", "us": 1e6 * t,

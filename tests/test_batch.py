@@ -15,7 +15,6 @@ import torch
 
 from gxg.arena import ArenaCapacity, ArenaFullError, DeviceArena
 from gxg.batch import GrammarBatch
-from gxg.grammar import Grammar
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState

@@ -1,4 +1,4 @@
-"""Triton fill / apply kernels (``gxg.ops.fill_triton``) against independent computations.
+"""The Triton dense-fill kernel (``gxg.ops.fill_triton``) against independent computations.
 
 Runs on CUDA when a device is present, else under the Triton interpreter (TRITON_INTERPRET=1 on
 CPU tensors); the same tests run in both places.
@@ -9,9 +9,6 @@ CPU tensors); the same tests run in both places.
   grammar's own kernel layout (not the arena's copy); dense | the reference's uncertain bits
   equals ``reference.fill_next_token_bitmask``, and dense alone equals it for grammars without
   uncertain tokens.
-* Apply: compared with ``apply_token_bitmask_inplace_cpu`` for fp32/fp16/bf16, 1-D and 2-D,
-  widths narrower and wider than 32·W, ``vocab_size``, ``indices``, strided logits.
-* Fused fill+apply: bitmask as the dense fill, logits as the CPU apply of it.
 """
 from __future__ import annotations
 
@@ -23,7 +20,6 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import random  # noqa: E402
-import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -33,9 +29,8 @@ pytest.importorskip("triton")
 from gxg.arena import ARENA_FIELDS, ArenaCapacity, DeviceArena  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.ops import reference  # noqa: E402
-from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu  # noqa: E402
 from gxg.ops.fill_triton import (  # noqa: E402
-    apply_bitmask, arena_field, fill_and_apply_dense, fill_dense, state_field,
+    arena_field, fill_dense, state_field,
 )
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState  # noqa: E402
 from gxg.tokenizer import TokenizerInfo, VocabType  # noqa: E402
@@ -295,150 +290,3 @@ def test_fill_dense_rejects_bad_arguments(world):
         fill_dense(state_tensors, arena_tensors, bitmask[:, :-1])
     with pytest.raises(ValueError):
         fill_dense(state_tensors[:-1], arena_tensors, bitmask)
-
-
-@pytest.mark.parametrize("read_logits", [True, False])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("extra", [0, 11])
-def test_fill_and_apply_dense(world, dtype, extra, read_logits):
-    """Logits as wide as the vocabulary (extra=0) or wider than 32·W with vocab_size given."""
-    state = world.state
-    vocab = world.info.vocab_size
-    g = torch.Generator().manual_seed(3)
-    width = 32 * world.words + extra if extra else vocab
-    base = torch.randn(state.batch_size, width + 5, generator=g).to(dtype)
-    expected_base = base.clone()
-    got_base = base.to(DEVICE)
-    logits = got_base[:, :width]                     # row stride > width
-    bitmask = garbage_bitmask(state.batch_size, world.words, seed=4)
-    fill_and_apply_dense(world.state_tensors(), world.arena.op_tensors(), logits, bitmask,
-                         vocab_size=vocab, block_words=2, read_logits=read_logits)
-    dense = world.dense_oracle()
-    np.testing.assert_array_equal(bitmask.cpu().numpy(), dense)
-    apply_token_bitmask_inplace_cpu(expected_base[:, :width], torch.from_numpy(dense),
-                                    vocab_size=vocab)
-    assert same_bits(got_base, expected_base)
-
-
-def test_fill_and_apply_dense_default_width(world):
-    state = world.state
-    g = torch.Generator().manual_seed(5)
-    logits = torch.randn(state.batch_size, world.info.vocab_size, generator=g)
-    expected = logits.clone()
-    logits = logits.to(DEVICE)
-    bitmask = garbage_bitmask(state.batch_size, world.words, seed=6)
-    fill_and_apply_dense(world.state_tensors(), world.arena.op_tensors(), logits, bitmask)
-    apply_token_bitmask_inplace_cpu(expected, torch.from_numpy(world.dense_oracle()))
-    assert same_bits(logits, expected)
-
-
-# ----------------------------------------------------------------------------- apply
-
-
-def random_bitmask(rows, words, seed):
-    g = torch.Generator().manual_seed(seed)
-    bitmask = torch.randint(-2 ** 31, 2 ** 31 - 1, (rows, words), dtype=torch.int32,
-                            generator=g)
-    # Sparse rows too (most tokens masked), one all-allowed row and one all-masked row.
-    sparse = torch.randint(-2 ** 31, 2 ** 31 - 1, (rows, words), dtype=torch.int32,
-                           generator=g)
-    bitmask[1::3] &= sparse[1::3]
-    bitmask[0] = -1
-    if rows > 2:
-        bitmask[2] = 0
-    return bitmask
-
-
-APPLY_CASES = {
-    # name: (logits rows, logits width, row stride, bitmask rows, words, indices, vocab_size)
-    "same_width": (5, 118, 118, 5, 4, None, None),
-    "narrower_logits": (5, 100, 100, 5, 4, None, None),
-    "wider_logits": (5, 150, 150, 5, 4, None, None),
-    "vocab_size": (5, 150, 150, 5, 5, None, 131),
-    "strided_rows": (4, 118, 141, 4, 4, None, None),
-    "indices_list": (6, 118, 118, 6, 4, [4, 0, 2], None),
-    "indices_tensor": (7, 70, 80, 6, 3, "tensor", 65),
-    "indices_empty": (3, 118, 118, 3, 4, [], None),
-    "many_blocks": (3, 2100, 2100, 3, 66, [2, 1], None),
-    "one_dim": (None, 118, 118, None, 4, None, None),
-}
-
-
-@pytest.mark.parametrize("read_logits", [True, False])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("case", list(APPLY_CASES))
-def test_apply_matches_cpu(dtype, case, read_logits):
-    rows, width, stride, mask_rows, words, indices, vocab_size = APPLY_CASES[case]
-    seed = list(APPLY_CASES).index(case)
-    g = torch.Generator().manual_seed(100 + seed)
-    base = torch.randn(rows or 1, stride, generator=g).to(dtype)
-    base[:, 0] = float("-inf")                       # special values keep their bits
-    base[:, 1] = float("nan")
-    base[:, 2] = -0.0
-    bitmask = random_bitmask(mask_rows or 1, words, seed)
-    if indices == "tensor":
-        indices = torch.tensor([5, 1, 3])
-    expected_base = base.clone()
-    expected = expected_base[:, :width]
-    got_base = base.to(DEVICE)
-    got = got_base[:, :width]
-    if rows is None:
-        expected, got, bitmask = expected[0], got[0], bitmask[0]
-    device_indices = indices.to(DEVICE) if isinstance(indices, torch.Tensor) else indices
-    with warnings.catch_warnings(record=True) as cpu_warnings:
-        warnings.simplefilter("always")
-        if indices is not None and len(indices) == 0:
-            pass   # nothing to mask (the CPU implementation raises on an empty index list)
-        else:
-            apply_token_bitmask_inplace_cpu(expected, bitmask, indices=indices,
-                                            vocab_size=vocab_size)
-    with warnings.catch_warnings(record=True) as gpu_warnings:
-        warnings.simplefilter("always")
-        apply_bitmask(got, bitmask.to(DEVICE), indices=device_indices, vocab_size=vocab_size,
-                      read_logits=read_logits)
-    assert len(gpu_warnings) == len(cpu_warnings)
-    assert same_bits(got_base, expected_base)
-
-
-def test_apply_block_sizes():
-    g = torch.Generator().manual_seed(9)
-    logits = torch.randn(3, 300, generator=g)
-    bitmask = random_bitmask(3, 10, 9)
-    expected = logits.clone()
-    apply_token_bitmask_inplace_cpu(expected, bitmask)
-    for block_words in (1, 4, 64):
-        got = logits.to(DEVICE)
-        apply_bitmask(got, bitmask.to(DEVICE), block_words=block_words)
-        assert same_bits(got, expected)
-    with pytest.raises(ValueError):
-        apply_bitmask(logits.to(DEVICE), bitmask.to(DEVICE), block_words=3)
-
-
-def test_apply_errors_match_cpu():
-    logits = torch.zeros(3, 64, device=DEVICE)
-    bitmask = torch.zeros(3, 2, dtype=torch.int32, device=DEVICE)
-    with pytest.raises(TypeError):
-        apply_bitmask(logits, bitmask.to(torch.int64))
-    with pytest.raises(ValueError):
-        apply_bitmask(logits, bitmask, vocab_size=65)
-    with pytest.raises(ValueError):
-        apply_bitmask(logits, bitmask[:2])
-    with pytest.raises(IndexError):
-        apply_bitmask(logits, bitmask, indices=[0, 3])
-    with pytest.raises(IndexError):
-        apply_bitmask(logits, bitmask, indices=torch.tensor([-1]))
-
-
-def test_apply_device_indices_out_of_range():
-    """Device indices are not read on the host: out-of-range rows are skipped by the kernel.
-    (On CPU tensors they are checked, as by the CPU implementation.)"""
-    logits = torch.zeros(3, 64, device=DEVICE)
-    bitmask = torch.zeros(3, 2, dtype=torch.int32, device=DEVICE)
-    indices = torch.tensor([1, 7, -2], device=DEVICE)
-    if DEVICE == "cpu":
-        with pytest.raises(IndexError):
-            apply_bitmask(logits, bitmask, indices=indices)
-        return
-    apply_bitmask(logits, bitmask, indices=indices)
-    assert torch.isinf(logits[1]).all()
-    assert (logits[[0, 2]] == 0).all()

@@ -10,7 +10,6 @@ import pytest
 
 xgr = pytest.importorskip("xgrammar")
 
-import gxg  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask  # noqa: E402
 from gxg.tokenizer import TokenizerInfo, VocabType  # noqa: E402

@@ -27,11 +27,13 @@ from collections import defaultdict
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from gxg.compiler.automaton import Automaton
+from gxg.grammar.ir import GrammarError
 
 Stack = Tuple[int, ...]
 Element = Tuple[Stack, bool, Optional[FrozenSet]]
 Config = FrozenSet[Element]
 
+MAX_CLOSURE_ELEMENTS = 20_000  # a closure larger than this is reported, not computed
 END: Stack = ()
 ANYTHING: Stack = (-1,)  # an escape without context expansion: any bytes may follow
 EMPTY_CONFIG: Config = frozenset()
@@ -85,6 +87,12 @@ class StackWalker:
             if element in seen:
                 continue
             seen.add(element)
+            if len(seen) > MAX_CLOSURE_ELEMENTS:
+                raise GrammarError(
+                    f"the grammar is too ambiguous: one step has more than "
+                    f"{MAX_CLOSURE_ELEMENTS} parse stacks ({self._where(element[0])}); nested "
+                    f"nullable or repeated rules that can match the same text in many ways "
+                    f"cause this: rewrite them without the ambiguity")
             stack, escaped, lookahead = element
             if not stack:
                 keep.append(element)
@@ -111,6 +119,10 @@ class StackWalker:
                     # accepted whatever the caller (END then dies on any further byte).
                     work.append((END, False, None))
         return frozenset(keep)
+
+    def _where(self, stack: Stack) -> str:
+        rules = [self.automaton.rule_names[self._node_rule[n]] for n in stack if n >= 0]
+        return "in rules " + " > ".join(rules[-4:]) if rules else "at the end of the input"
 
     def _escape(self, rule: int, escaped: bool, lookahead) -> List[Element]:
         """Elements for 'rule completed with an unknown caller': every return site."""
