@@ -18,7 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "automaton.cu"
+def _source() -> str:
+    """csrc/automaton.cu: beside ops/ in a checkout, or the installed gxg.csrc package."""
+    beside = Path(__file__).resolve().parent.parent / "csrc" / "automaton.cu"
+    if beside.is_file():
+        return beside.read_text()
+    from importlib.resources import files
+    return (files("gxg.csrc") / "automaton.cu").read_text()
 SLOTS_PER_BLOCK = 64
 
 
@@ -27,7 +33,7 @@ def _module(device_index: int):
     import cupy
 
     with cupy.cuda.Device(device_index):
-        return cupy.RawModule(code=SOURCE.read_text(), options=("-std=c++17",))
+        return cupy.RawModule(code=_source(), options=("-std=c++17",))
 
 
 def _launch(name: str, device: torch.device, grid, block, args) -> None:
