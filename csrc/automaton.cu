@@ -76,13 +76,12 @@
 #define P_PAIR_UNC_HI 45
 #define P_PAIR_ACC_TOKENS 46
 #define P_PAIR_UNC_TOKENS 47
-#define P_GRAMMAR_NODES 48
-#define P_WORK 49        // int32 [B, WORK_CAP, 3]   closure work list
-#define P_SEEN 50        // int32 [B, MAX_CLOSURE, 2] visited (node, parent)
-#define P_TOPS_A 51      // int32 [B, K]             tops being built
-#define P_TOPS_B 52      // int32 [B, K]
-#define P_MARK 53        // int32 [B, P]             compaction marks / new indices
-#define P_LIMITS 54      // int32 [8]: P, K, H, MAX_CLOSURE, WORK_CAP, V
+#define P_WORK 48        // int32 [B, WORK_CAP, 3]   closure work list
+#define P_SEEN 49        // int32 [B, MAX_CLOSURE, 2] visited (node, parent)
+#define P_TOPS_A 50      // int32 [B, K]             tops being built
+#define P_TOPS_B 51      // int32 [B, K]
+#define P_MARK 52        // int32 [B, P]             compaction marks / new indices
+#define P_LIMITS 53      // int32 [8]: P, K, H, MAX_CLOSURE, WORK_CAP, V
 
 #define FLAG_FINAL 1
 #define FLAG_SCANNABLE 2
@@ -121,16 +120,15 @@ struct Slot {
   int* pool_node;    // this slot's pool rows
   int* pool_parent;
   int* pool_size;    // &pool_size[b]
-  // the slot's grammar tables, indexed by local node (shared memory once staged)
-  int num_nodes;
-  int classes;
-  const int* flags;       // [num_nodes]
-  const int* next;        // [num_nodes * classes]: local scan targets, -1 none
-  const int* ref_lo;      // [num_nodes]: absolute indices into ref_start / ref_return
+  // tables
+  const int* node_next;
+  const int* next_flat;
+  const int* node_flags;
+  const int* ref_lo;
   const int* ref_hi;
-  const int* ref_start;   // indexed by absolute reference-edge index
+  const int* ref_start;
   const int* ref_return;
-  const int* byte_class;  // [256]
+  const int* byte_class;  // this grammar's row
 };
 
 __device__ Slot make_slot(const u64* t, int b) {
@@ -144,12 +142,11 @@ __device__ Slot make_slot(const u64* t, int b) {
   s.pool_node = ptr<int>(t, P_POOL_NODE) + (size_t)b * s.lim.P;
   s.pool_parent = ptr<int>(t, P_POOL_PARENT) + (size_t)b * s.lim.P;
   s.pool_size = ptr<int>(t, P_POOL_SIZE) + b;
-  s.num_nodes = ptr<const int>(t, P_GRAMMAR_NODES)[g];
-  s.classes = ptr<const int>(t, P_CLASSES)[g];
-  s.flags = ptr<const int>(t, P_NODE_FLAGS) + s.base;
-  s.next = ptr<const int>(t, P_NEXT_FLAT) + ptr<const int>(t, P_NODE_NEXT)[s.base];
-  s.ref_lo = ptr<const int>(t, P_REF_LO) + s.base;
-  s.ref_hi = ptr<const int>(t, P_REF_HI) + s.base;
+  s.node_next = ptr<const int>(t, P_NODE_NEXT);
+  s.next_flat = ptr<const int>(t, P_NEXT_FLAT);
+  s.node_flags = ptr<const int>(t, P_NODE_FLAGS);
+  s.ref_lo = ptr<const int>(t, P_REF_LO);
+  s.ref_hi = ptr<const int>(t, P_REF_HI);
   s.ref_start = ptr<const int>(t, P_REF_START);
   s.ref_return = ptr<const int>(t, P_REF_RETURN);
   s.byte_class = ptr<const int>(t, P_BYTE_CLASS) + (size_t)g * 256;
@@ -157,50 +154,11 @@ __device__ Slot make_slot(const u64* t, int b) {
 }
 
 __device__ __forceinline__ int flags_of(const Slot& s, int node) {
-  return s.flags[node];
+  return s.node_flags[s.base + node];
 }
 
 __device__ __forceinline__ int scan(const Slot& s, int node, int byte) {
-  return s.next[node * s.classes + s.byte_class[byte]];
-}
-
-extern __shared__ int staged[];
-
-// Copy the slot's grammar tables into shared memory (all threads of the block take part; the
-// block must then synchronise) when they fit in ``capacity`` ints; the automaton walks then
-// read shared memory instead of chains of dependent global loads. Otherwise nothing changes.
-__device__ void stage_tables(Slot& s, int capacity) {
-  if (s.grammar < 0) return;
-  int n = s.num_nodes, c = s.classes;
-  int ref_base = n > 0 ? s.ref_lo[0] : 0;
-  int ref_count = n > 0 ? s.ref_hi[n - 1] - ref_base : 0;
-  int need = 256 + 3 * n + n * c + 2 * ref_count;
-  if (need > capacity) return;
-  int* byte_class = staged;
-  int* flags = byte_class + 256;
-  int* ref_lo = flags + n;
-  int* ref_hi = ref_lo + n;
-  int* next = ref_hi + n;
-  int* ref_start = next + n * c;
-  int* ref_return = ref_start + ref_count;
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) byte_class[i] = s.byte_class[i];
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    flags[i] = s.flags[i];
-    ref_lo[i] = s.ref_lo[i];
-    ref_hi[i] = s.ref_hi[i];
-  }
-  for (int i = threadIdx.x; i < n * c; i += blockDim.x) next[i] = s.next[i];
-  for (int i = threadIdx.x; i < ref_count; i += blockDim.x) {
-    ref_start[i] = s.ref_start[ref_base + i];
-    ref_return[i] = s.ref_return[ref_base + i];
-  }
-  s.byte_class = byte_class;
-  s.flags = flags;
-  s.ref_lo = ref_lo;
-  s.ref_hi = ref_hi;
-  s.next = next;
-  s.ref_start = ref_start - ref_base;   // keeps absolute edge indices valid
-  s.ref_return = ref_return - ref_base;
+  return s.next_flat[s.node_next[s.base + node] + s.byte_class[byte]];
 }
 
 // ----------------------------------------------------------------------------- closure
@@ -251,7 +209,7 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
     }
     // pushes in edge order, then the pop; appended to the work list reversed so that the
     // first push is processed first (as the reference does)
-    int lo = s.ref_lo[node], hi = s.ref_hi[node];
+    int lo = s.ref_lo[s.base + node], hi = s.ref_hi[s.base + node];
     int count = hi - lo + ((flags & FLAG_FINAL) && parent >= 0 ? 1 : 0);
     if (work_len + count > s.lim.work_cap) { *error = ERR_CLOSURE_TOO_LARGE; return -1; }
     int slot_index = work_len + count - 1;  // first push goes last (top of the LIFO)
@@ -424,13 +382,10 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
 }
 
 extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token_ids,
-                                     bool* accepted, int staged_capacity) {
+                                     bool* accepted) {
   int b = blockIdx.x;
-  if (b >= B) return;
+  if (b >= B || threadIdx.x != 0) return;
   Slot s = make_slot(t, b);
-  stage_tables(s, staged_capacity);
-  __syncthreads();
-  if (threadIdx.x != 0) return;
   long long token = token_ids[b];
   if (s.grammar < 0) { accepted[b] = true; return; }
   signed char* terminated = ptr<signed char>(t, P_TERMINATED) + b;
@@ -456,7 +411,7 @@ extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token
 extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
   int b = blockIdx.x;
   if (b >= B || threadIdx.x != 0 || !which[b]) return;
-  Slot s = make_slot(t, b);  // reset is rare: no staging
+  Slot s = make_slot(t, b);
   *s.pool_size = 0;
   ptr<int>(t, P_HIST_LEN)[b] = 0;
   ptr<int>(t, P_HIST_HEAD)[b] = 0;
@@ -562,7 +517,7 @@ __device__ int lane_close(const Slot& s, LaneStack* work, int count, LaneStack* 
       if (kept >= UNC_STACKS) return -1;
       out[kept++] = st;
     }
-    for (int e = s.ref_lo[node]; e < s.ref_hi[node]; ++e) {
+    for (int e = s.ref_lo[s.base + node]; e < s.ref_hi[s.base + node]; ++e) {
       if (count >= UNC_WORK) return -1;
       LaneStack pushed = st;
       int ret = s.ref_return[e];
@@ -593,13 +548,10 @@ __device__ int lane_close(const Slot& s, LaneStack* work, int count, LaneStack* 
   return kept;
 }
 
-extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int words,
-                                        int staged_capacity) {
+extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int words) {
   int b = blockIdx.x;
   if (b >= B) return;
   Slot s = make_slot(t, b);
-  stage_tables(s, staged_capacity);
-  __syncthreads();
   int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
   if (s.grammar < 0 || ptr<signed char>(t, P_TERMINATED)[b] || ptr<int>(t, P_ERROR)[b]) return;
   const int* uncertain = ptr<const int>(t, P_UNCERTAIN);

@@ -22,8 +22,6 @@ Buffers (``G`` grammar slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(
     grammar_root       int32  [G]      local start node of the root rule
     grammar_byte_class int32  [G, 256] byte -> class
     grammar_classes    int32  [G]      number of byte classes C_g
-    grammar_nodes      int32  [G]      number of nodes (kernels stage small grammars in shared
-                                       memory)
   per node (row = grammar_node_base[g] + local node)
     node_next          int32  [N]      offset of the node's C_g scan targets in ``next_flat``
     next_flat          int32  [X]      local target node, -1 = no edge
@@ -68,7 +66,7 @@ ARENA_FIELDS = (
     "ref_return", "node_row", "node_unc_lo", "node_unc_hi", "accept_rows", "uncertain_tokens",
     "token_bytes", "token_offsets", "sorted_token_ids", "id_offsets", "id_bytes", "is_stop",
     "stop_words", "node_pair_lo", "node_pair_hi", "pair_below", "pair_acc_lo", "pair_acc_hi",
-    "pair_unc_lo", "pair_unc_hi", "pair_acc_tokens", "pair_unc_tokens", "grammar_nodes",
+    "pair_unc_lo", "pair_unc_hi", "pair_acc_tokens", "pair_unc_tokens",
 )
 
 # Host views of live arenas, by arena id: the CPU kernels of the ops (which only receive
@@ -172,7 +170,6 @@ class DeviceArena:
         self.grammar_root = torch.zeros(g, **i32)
         self.grammar_byte_class = torch.zeros((g, 256), **i32)
         self.grammar_classes = torch.ones(g, **i32)
-        self.grammar_nodes = torch.zeros(g, **i32)
         self.node_next = torch.zeros(n, **i32)
         self.next_flat = torch.full((c.next_entries,), -1, **i32)
         self.node_flags = torch.zeros(n, **i32)
@@ -283,7 +280,6 @@ class DeviceArena:
         self.grammar_root[gid] = int(a.rule_start[a.root_rule])
         self.grammar_byte_class[gid] = torch.from_numpy(a.byte_class.astype(np.int32)).to(dev)
         self.grammar_classes[gid] = c
-        self.grammar_nodes[gid] = n
         put(self.node_next, node_base, next_base + c * np.arange(n))
         put(self.next_flat, next_base, a.next_node.reshape(-1))
         flags = (a.is_final * FINAL + a.is_scannable * SCANNABLE

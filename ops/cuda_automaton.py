@@ -36,19 +36,14 @@ def _module(device_index: int):
         return cupy.RawModule(code=_source(), options=("-std=c++17",))
 
 
-def _launch(name: str, device: torch.device, grid, block, args, shared_mem: int = 0) -> None:
+def _launch(name: str, device: torch.device, grid, block, args) -> None:
     import cupy
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     kernel = _module(index).get_function(name)
     stream = _external_stream(torch.cuda.current_stream(device).cuda_stream)
     with cupy.cuda.Device(index), stream:
-        kernel(grid, block, args, shared_mem=shared_mem)
-
-
-# Shared memory for a grammar's tables (csrc/automaton.cu, stage_tables): grammars that fit
-# are walked from shared memory; larger ones from global memory.
-STAGED_BYTES = 40 * 1024
+        kernel(grid, block, args)
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,8 +68,7 @@ def accept(table: torch.Tensor, token_ids: torch.Tensor, accepted: torch.Tensor)
     batch = token_ids.shape[0]
     grid, block = _warp_per_slot(batch)
     _launch("xg_accept", table.device, grid, block,
-            (_pointer(table), np.int32(batch), _pointer(token_ids), _pointer(accepted),
-             np.int32(STAGED_BYTES // 4)), shared_mem=STAGED_BYTES)
+            (_pointer(table), np.int32(batch), _pointer(token_ids), _pointer(accepted)))
 
 
 def reset(table: torch.Tensor, which: torch.Tensor) -> None:
@@ -96,5 +90,4 @@ UNCERTAIN_THREADS = 64  # csrc/automaton.cu UNC_THREADS
 
 def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor) -> None:
     _launch("xg_uncertain", table.device, (batch,), (UNCERTAIN_THREADS,),
-            (_pointer(table), np.int32(batch), _pointer(bitmask), np.int32(bitmask.shape[1]),
-             np.int32(STAGED_BYTES // 4)), shared_mem=STAGED_BYTES)
+            (_pointer(table), np.int32(batch), _pointer(bitmask), np.int32(bitmask.shape[1])))
