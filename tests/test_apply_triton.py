@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
-from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton
+pytest.importorskip("triton")
+
+from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu  # noqa: E402
+from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
