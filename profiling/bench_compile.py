@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from common import median_seconds, print_table, write_json
+from common import import_xgrammar, median_seconds, print_table, write_json
 
 from gxg import vocabularies
 from gxg.compiler.automaton import build_automaton
@@ -56,7 +56,7 @@ def main() -> None:
     trie = token_trie(info)
     trie_s = time.perf_counter() - start
 
-    xgr = _import_xgrammar()
+    xgr = import_xgrammar()
     if xgr is not None:
         xinfo = _xgrammar_info(xgr, args.vocab, info)
     rows = []
@@ -101,15 +101,6 @@ def main() -> None:
 def _cores() -> int:
     import os
     return os.cpu_count() or 1
-
-
-def _import_xgrammar():
-    try:
-        import xgrammar
-        return xgrammar
-    except ImportError:
-        print("xgrammar is not installed: gxg only")
-        return None
 
 
 def _xgrammar_info(xgr, vocab: str, info):

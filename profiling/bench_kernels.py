@@ -21,7 +21,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import MASKBENCH, machine, print_table  # noqa: E402
+from common import (  # noqa: E402
+    MASKBENCH, import_xgrammar, machine, maskbench_documents, print_table,
+)
 
 from gxg import vocabularies  # noqa: E402
 from gxg.batch import GrammarBatch  # noqa: E402
@@ -56,36 +58,19 @@ def graph_time(body, replays: int = 7) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def documents(limit: int = 64):
-    docs = []
-    for path in sorted(Path(MASKBENCH).glob("*.json")):
-        case = json.loads(path.read_text())
-        for test in case["tests"]:
-            if test.get("valid") and isinstance(test["data"], dict):
-                docs.append(json.dumps(test["data"]))
-                break
-        if len(docs) >= limit:
-            break
-    return docs
-
-
 def main() -> None:
-    global MASKBENCH
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 64, 1024])
     parser.add_argument("--advance", type=int, default=6)
     parser.add_argument("--maskbench", default=str(MASKBENCH))
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    MASKBENCH = Path(args.maskbench)
-    try:
-        import xgrammar as xgr
-    except ImportError:
-        xgr = None
+    xgr = import_xgrammar()
     info = vocabularies.tokenizer_info_for("qwen")
     tokenizer = vocabularies.qwen_tokenizer()
     compiled = GrammarCompiler(info).compile_builtin_json_grammar()
-    streams = [s for s in (tokenizer.encode(d, add_special_tokens=False) for d in documents())
+    docs = maskbench_documents(64, (dict,), Path(args.maskbench))
+    streams = [s for s in (tokenizer.encode(d, add_special_tokens=False) for d in docs)
                if len(s) > args.advance + 2]
     v = info.vocab_size
     rows, apply_rows = [], []

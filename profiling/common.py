@@ -72,13 +72,15 @@ def write_json(name: str, payload: Dict[str, object], out: Path = None) -> Path:
     return path
 
 
-def maskbench_documents(limit: int, root_types=(dict, list)) -> List[str]:
-    """Valid MaskBench instances (object or array at the top), serialised as the benchmark
-    does: json.dumps(data, ensure_ascii=False)."""
+def maskbench_documents(limit: int, root_types=(dict, list), directory: Path = MASKBENCH
+                        ) -> List[str]:
+    """The first valid instance (object or array at the top) of each MaskBench file, serialised
+    as the benchmark does: json.dumps(data, ensure_ascii=False)."""
     docs = []
-    if not MASKBENCH.is_dir():
+    directory = Path(directory)
+    if not directory.is_dir():
         return docs
-    for path in sorted(MASKBENCH.glob("*.json")):
+    for path in sorted(directory.glob("*.json")):
         case = json.loads(path.read_text())
         for test in case.get("tests", []):
             if test.get("valid") and isinstance(test.get("data"), root_types):
@@ -87,3 +89,13 @@ def maskbench_documents(limit: int, root_types=(dict, list)) -> List[str]:
         if len(docs) >= limit:
             break
     return docs
+
+
+def import_xgrammar():
+    """The xgrammar module, or None (the benchmark then measures gxg alone)."""
+    try:
+        import xgrammar
+        return xgrammar
+    except ImportError:
+        print("xgrammar is not installed: gxg only")
+        return None
