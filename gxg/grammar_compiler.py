@@ -155,6 +155,18 @@ class CompiledGrammar:
         return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
 
 
+def _schema_key(schema) -> str:
+    """A cache key for a schema given as a dict, a JSON string or a Pydantic model class."""
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, dict):
+        return json.dumps(schema, sort_keys=True)
+    if hasattr(schema, "model_json_schema"):
+        return json.dumps(schema.model_json_schema(), sort_keys=True)
+    raise TypeError(f"a JSON schema is a dict, a JSON string or a Pydantic model class, got "
+                    f"{type(schema).__name__}")
+
+
 def _tokenizer_fingerprint(info: TokenizerInfo) -> dict:
     digest = hashlib.sha256()
     for token in info.decoded_vocab:
@@ -211,6 +223,16 @@ class GrammarCompiler:
         key = ("ebnf", grammar, root_rule_name)
         return self._compiled(key, lambda: Grammar.from_ebnf(grammar,
                                                              root_rule_name=root_rule_name))
+
+    def compile_json_schema(self, schema, *, any_whitespace: bool = True, indent=None,
+                            separators=None, strict_mode: bool = True,
+                            max_whitespace_cnt=None) -> CompiledGrammar:
+        """A dict, a JSON string or a Pydantic model class (see ``Grammar.from_json_schema``)."""
+        options = dict(any_whitespace=any_whitespace, indent=indent,
+                       separators=None if separators is None else tuple(separators),
+                       strict_mode=strict_mode, max_whitespace_cnt=max_whitespace_cnt)
+        key = ("json_schema", _schema_key(schema), tuple(sorted(options.items())))
+        return self._compiled(key, lambda: Grammar.from_json_schema(schema, **options))
 
     def compile_builtin_json_grammar(self) -> CompiledGrammar:
         return self._compiled(("builtin_json",), Grammar.builtin_json_grammar)

@@ -208,6 +208,14 @@ class Grammar:
         return regex_to_grammar(regex_string)
 
     @staticmethod
+    def from_json_schema(schema, *, any_whitespace: bool = True, indent=None, separators=None,
+                         strict_mode: bool = True, max_whitespace_cnt=None) -> "Grammar":
+        from gxg.grammar.json_schema import json_schema_to_grammar
+        return json_schema_to_grammar(schema, any_whitespace=any_whitespace, indent=indent,
+                                      separators=separators, strict_mode=strict_mode,
+                                      max_whitespace_cnt=max_whitespace_cnt)
+
+    @staticmethod
     def builtin_json_grammar() -> "Grammar":
         from gxg.grammar.builtin import builtin_json_grammar
         return builtin_json_grammar()

@@ -1,0 +1,58 @@
+"""Grammar.from_json_schema and GrammarCompiler.compile_json_schema: the host API around the
+JSON Schema front-end (dict, JSON text or Pydantic model; options; the compiler's cache)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import gxg
+from gxg.grammar_compiler import GrammarCompiler
+from gxg.matcher import GrammarMatcher
+from gxg.testing import grammar_accepts
+from gxg.tokenizer import TokenizerInfo, VocabType
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+@pytest.mark.parametrize("schema", [SCHEMA, json.dumps(SCHEMA)])
+def test_from_json_schema_accepts_dict_and_text(schema):
+    grammar = gxg.Grammar.from_json_schema(schema)
+    assert grammar_accepts(grammar, '{"a": 12}')
+    assert not grammar_accepts(grammar, '{"a": "12"}')
+
+
+def test_options_reach_the_front_end():
+    compact = gxg.Grammar.from_json_schema(SCHEMA, any_whitespace=False)
+    assert grammar_accepts(compact, '{"a": 1}')            # json.dumps's default separators
+    assert not grammar_accepts(compact, '{"a":1}')
+
+
+def test_compile_json_schema_caches_by_content_and_options():
+    info = TokenizerInfo([b"{", b"}", b'"a"', b":", b"1", b" ", b"</s>"], VocabType.RAW)
+    compiler = GrammarCompiler(info)
+    first = compiler.compile_json_schema(SCHEMA)
+    reordered = {"required": ["a"], "properties": {"a": {"type": "integer"}}, "type": "object"}
+    assert compiler.compile_json_schema(reordered) is first
+    assert compiler.compile_json_schema(json.dumps(SCHEMA)) is not first  # text keys by text
+    assert compiler.compile_json_schema(SCHEMA, any_whitespace=False) is not first
+    matcher = GrammarMatcher(first)
+    assert all(matcher.accept_token(t) for t in (0, 2, 3, 4, 1))
+    assert matcher.is_completed()
+
+
+def test_pydantic_model():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Item(pydantic.BaseModel):
+        name: str
+        count: int
+
+    grammar = gxg.Grammar.from_json_schema(Item)
+    assert grammar_accepts(grammar, '{"name": "x", "count": 3}')
+    assert not grammar_accepts(grammar, '{"name": "x"}')
+
+
+def test_unsupported_keyword_is_named():
+    with pytest.raises(gxg.GrammarError, match="pattern"):
+        gxg.Grammar.from_json_schema({"type": "string", "pattern": "^a+$"})
