@@ -105,11 +105,8 @@ class JsonSchemaRelaxationWarning(UserWarning):
 
 # ----------------------------------------------------------------------------- keyword tables
 
-ANNOTATIONS = frozenset({
-    "title", "description", "default", "examples", "$schema", "$comment", "deprecated",
-    "readOnly", "writeOnly", "contentEncoding", "contentMediaType", "contentSchema",
-    "$anchor", "$dynamicAnchor", "$defs", "definitions",
-})
+# Keys in neither table (annotations such as title or description, containers such as $defs,
+# and unknown keys) are ignored, as JSON Schema ignores them.
 SUPPORTED = frozenset({
     "type", "enum", "const", "properties", "required", "additionalProperties", "items",
     "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
