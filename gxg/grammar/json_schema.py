@@ -527,15 +527,20 @@ class _Converter:
         return _seq(fmt.open("{", depth), *members, fmt.close("}", depth))
 
     # -- schemas
+    def keywords(self, schema: Any, ptr: str) -> Dict[str, Any]:
+        """The JSON Schema keywords of an object schema (annotations and unknown keys dropped),
+        after checking that it is an object and that every keyword is supported."""
+        if not isinstance(schema, dict):
+            raise GrammarError(f"schema at {ptr} must be an object or a boolean, got {schema!r}")
+        self.check_keywords(schema, ptr)
+        return {k: v for k, v in schema.items() if k in SUPPORTED or k in UNSUPPORTED}
+
     def schema(self, schema: Any, ptr: str, depth: int) -> Maybe:
         if schema is True:
             return self.any_value(depth)
         if schema is False:
             return None
-        if not isinstance(schema, dict):
-            raise GrammarError(f"schema at {ptr} must be an object or a boolean, got {schema!r}")
-        self.check_keywords(schema, ptr)
-        siblings = {k: v for k, v in schema.items() if k in SUPPORTED or k in UNSUPPORTED}
+        siblings = self.keywords(schema, ptr)
         if "$ref" in schema:
             ref = schema["$ref"]
             if not isinstance(ref, str):
@@ -603,10 +608,7 @@ class _Converter:
             return {}
         if schema is False:
             return False
-        if not isinstance(schema, dict):
-            raise GrammarError(f"schema at {ptr} must be an object or a boolean, got {schema!r}")
-        self.check_keywords(schema, ptr)
-        out = {k: v for k, v in schema.items() if k in SUPPORTED or k in UNSUPPORTED}
+        out = self.keywords(schema, ptr)
         if out.get("uniqueItems") is False:
             del out["uniqueItems"]
         if "$ref" in out:
