@@ -637,3 +637,34 @@ def test_helper_rules_only_for_deep_patterns():
 def test_printed_grammar_parses_back_to_the_same_grammar(pattern):
     grammar = regex_to_grammar(pattern)
     assert Grammar.from_ebnf(str(grammar)) == grammar
+
+
+# ----------------------------------------------------------------------------- search mode
+# JSON Schema's 'pattern' (ECMAScript RegExp.test): a string matches when it CONTAINS a match;
+# '.' excludes the line terminators. Expected values are Python's re.search on patterns where
+# Python and ECMAScript agree.
+
+SEARCH_TEXTS = ["", "a", "b", "ab", "ba", "xaby", "http", "xhttps://", "https://x", "a\nb", "aab"]
+
+
+@pytest.mark.parametrize("pattern", [
+    "a", "^a", "a$", "^a$", "ab|^b", "^(http)|(https)://", "^$|^a+$", "a.b", "(a|b)+$", "^[ab]{2}",
+])
+def test_search_mode_matches_anywhere_like_re_search(pattern):
+    grammar = regex_to_grammar(pattern, search=True, dot_all=False)
+    for text in SEARCH_TEXTS:
+        assert grammar_accepts(grammar, text) is (re.search(pattern, text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize("text, accepted", [("a\nb", False), ("a\rb", False), ("a\u2028b", False),
+                                            ("a\u2029b", False), ("axb", True)])
+def test_dot_without_dot_all_excludes_line_terminators(text, accepted):
+    assert grammar_accepts(regex_to_grammar("^a.b$", dot_all=False), text) is accepted
+    assert grammar_accepts(regex_to_grammar("^a.b$"), text)  # default: XGrammar's any code point
+
+
+@pytest.mark.parametrize("pattern, column", [("(^a|b)c", 2), ("(a$)b", 3), ("x(^a)", 3)])
+def test_search_mode_refuses_anchors_inside_groups(pattern, column):
+    with pytest.raises(GrammarError) as info:
+        regex_to_grammar(pattern, search=True)
+    assert info.value.column == column and "anchor" in str(info.value)

@@ -101,6 +101,8 @@ SPACE: Ranges = (
     (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF),
 )
 ANY: Ranges = ((0, MAX_CODE_POINT),)
+# ECMAScript '.' without the s flag: anything but a LineTerminator.
+NOT_LINE_TERMINATOR: Ranges = ((0, 0x09), (0x0B, 0x0C), (0x0E, 0x2027), (0x202A, MAX_CODE_POINT))
 HIGH_SURROGATES = (0xD800, 0xDBFF)
 LOW_SURROGATES = (0xDC00, 0xDFFF)
 
@@ -110,11 +112,18 @@ HEX_DIGITS = "0123456789abcdefABCDEF"
 QUANTIFIER_CHARS = "*+?"
 
 
-def regex_to_grammar(pattern: str) -> Grammar:
-    """The grammar of the strings that ``pattern`` matches in full (see the module docstring)."""
+def regex_to_grammar(pattern: str, *, search: bool = False, dot_all: bool = True) -> Grammar:
+    """The grammar of the strings that ``pattern`` matches in full (see the module docstring).
+
+    ``search=True``: the strings that CONTAIN a match, as ECMAScript's ``RegExp.test`` and JSON
+    Schema's ``pattern`` decide: each top-level alternative not starting with ``^`` may be
+    preceded by anything, one not ending with ``$`` followed by anything; anchors elsewhere
+    (inside groups) are refused. ``dot_all=False``: ``.`` excludes the line terminators
+    ``\n \r \u2028 \u2029`` (ECMAScript without the ``s`` flag, JSON Schema's meaning).
+    """
     if not isinstance(pattern, str):
         raise TypeError(f"a regex pattern must be str, got {type(pattern).__name__}")
-    raw = _Parser(pattern).parse()
+    raw = _Parser(pattern, search=search, dot_all=dot_all).parse()
     body = _normal_form(raw)
     body, helpers = _split_deep_expressions(body)
     rules = [Rule(ROOT, body)] + [Rule(name, expr) for name, expr in helpers]
@@ -131,6 +140,11 @@ def _error(message: str, position: int) -> GrammarError:
 # Why a mid-pattern anchor is refused (XGrammar drops it with a warning, changing the language).
 MID_ANCHOR_REASON = ("a full-match grammar cannot express an anchor that is not at the "
                      "start ('^') or the end ('$') of the pattern")
+
+
+# Why search mode refuses anchors inside groups: the part before or after the group would have to
+# be "anything" on some paths and "nothing" on others.
+SEARCH_ANCHOR_REASON = "only anchors at the ends of top-level alternatives are supported"
 
 
 # ----------------------------------------------------------------------------- code-point sets
@@ -386,9 +400,17 @@ class _Frame:
     end_anchor_pos: Optional[int] = None    # a '$' the current alternative ends with
     any_anchor_pos: Optional[int] = None    # first anchor anywhere in the group
     group_end_anchor_pos: Optional[int] = None  # a '$' some alternative ends with
+    search: bool = False             # the whole pattern in search mode: unanchored ends get ANY*
+    start_anchored: bool = False     # (search) the current alternative began with '^'
 
     def close_alternative(self) -> None:
-        self.alternatives.append(_sequence(self.items))
+        body = _sequence(self.items)
+        if self.search:
+            anywhere = Repeat(CharClass(ANY), 0, None)
+            body = _sequence(([] if self.start_anchored else [anywhere]) + [body]
+                             + ([] if self.end_anchor_pos is not None else [anywhere]))
+            self.start_anchored = False
+        self.alternatives.append(body)
         if self.end_anchor_pos is not None and self.group_end_anchor_pos is None:
             self.group_end_anchor_pos = self.end_anchor_pos
         self.items = []
@@ -412,9 +434,11 @@ def _sequence(items: List[Expr]) -> Expr:
 class _Parser:
     """One left-to-right pass with an explicit stack of open groups (no recursion)."""
 
-    def __init__(self, pattern: str):
+    def __init__(self, pattern: str, search: bool = False, dot_all: bool = True):
         self.pattern = pattern
-        self.frames: List[_Frame] = [_Frame(open_pos=-1, at_start=True)]
+        self.search = search
+        self.dot = ANY if dot_all else NOT_LINE_TERMINATOR
+        self.frames: List[_Frame] = [_Frame(open_pos=-1, at_start=True, search=search)]
 
     @property
     def frame(self) -> _Frame:
@@ -457,7 +481,7 @@ class _Parser:
             self.add_atom(cls, pos)
             return after
         if ch == ".":
-            self.add_atom(CharClass(ANY), pos)
+            self.add_atom(CharClass(self.dot), pos)
             return pos + 1
         if ch == "\\":
             escape, after = _parse_escape(self.pattern, pos, in_class=False)
@@ -493,10 +517,15 @@ class _Parser:
         frame = self.frame
         if frame.consumed or not frame.at_start:
             raise _error("'^' after the start of the match: " + MID_ANCHOR_REASON, pos)
+        if self.search and len(self.frames) > 1:
+            raise _error("'^' inside a group of a search pattern: " + SEARCH_ANCHOR_REASON, pos)
+        self.frame.start_anchored = True
         self.note_anchor(pos)
         return pos + 1
 
     def end_anchor(self, pos: int) -> int:
+        if self.search and len(self.frames) > 1:
+            raise _error("'$' inside a group of a search pattern: " + SEARCH_ANCHOR_REASON, pos)
         if self.frame.end_anchor_pos is None:
             self.frame.end_anchor_pos = pos
         self.note_anchor(pos)
