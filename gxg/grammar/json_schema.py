@@ -1,83 +1,118 @@
-"""JSON Schema front-end (first increment): a schema becomes a Grammar of the JSON documents
-that satisfy it, written with XGrammar's formatting options.
+"""JSON Schema front-end: a schema becomes a Grammar of the JSON documents that satisfy it,
+written with XGrammar's formatting options.
 
 In:  ``json_schema_to_grammar(schema, *, any_whitespace=True, indent=None, separators=None,
-     strict_mode=True, max_whitespace_cnt=None)``; ``schema`` is a dict, a bool, a JSON string,
-     or a Pydantic model class (its ``model_json_schema()``).
-Out: a ``Grammar`` (root rule ``root``). A schema this increment cannot honour exactly raises
+     strict_mode=True, max_whitespace_cnt=None, any_order=False)``; ``schema`` is a dict, a
+     bool, a JSON string, or a Pydantic model class (its ``model_json_schema()``).
+Out: a ``Grammar`` (root rule ``root``). A schema that cannot be honoured exactly raises
      ``GrammarError`` naming the keyword and the JSON pointer of the subschema, e.g.
-     ``unsupported keyword 'pattern' at #/properties/name``.
+     ``unsupported keyword 'contains' at #/properties/tags``.
+
+JSON-Schema-compliant mode is ``any_whitespace=True, strict_mode=False, any_order=True``: then
+the only documents refused are the narrowings listed below. The defaults are XGrammar's.
 
 Exactness contract: every document the grammar accepts is valid for the schema (JSON Schema
-2020-12 meaning, as the ``jsonschema`` package decides it). The grammar may reject some valid
-documents; each such narrowing is listed here:
+2020-12 meaning as the ``jsonschema`` package decides it with its format checker; draft-04's
+boolean exclusiveMinimum/Maximum and ``dependencies`` are understood). The grammar may reject
+some valid documents; each such narrowing is listed here:
 
-* properties appear in ``properties`` order, then additional properties (as XGrammar without
-  ``any_order``): ``{"b":1,"a":2}`` is rejected when ``a`` is declared before ``b``; a
-  ``required`` name missing from ``properties`` comes right after the declared ones;
+* property order: with ``any_order=False`` (XGrammar's default) properties appear in
+  ``properties`` order, then additional properties; a ``required`` name missing from
+  ``properties`` comes right after the declared ones. With ``any_order=True`` members come in
+  any order, except that an object with more than ``MAX_ANY_ORDER_REQUIRED`` required members
+  keeps those in their relative schema order;
 * integers are written without fraction or exponent (``1.0`` is an integer for JSON Schema);
+  bounded numbers: see ``gxg.grammar.json_numbers`` for the exponent forms refused;
 * ``enum`` / ``const`` values: numbers are accepted in the spelling ``json.dumps`` gives them
   (plus ``1`` / ``1.0`` for integral values), object members in the schema's order; strings in
   every spelling (raw or escaped, any hex case); with ``any_whitespace`` whitespace is allowed
   between the tokens of an array or object constant (XGrammar accepts only the compact form);
-* strings whose length is bounded (``minLength`` / ``maxLength``, counted in code points: an
-  escape is one code point, a ``\\uD83D\\uDE00`` surrogate pair is one) and keys of additional
-  properties (which must differ from every declared name, whatever their spelling) do not
-  accept lone surrogate escapes such as ``\\uD800``;
+* strings whose value is constrained (lengths, ``pattern``, ``format``, excluded values) and keys
+  of additional properties do not accept lone surrogate escapes such as ``\\uD800``;
+* ``format``: each known format is a regular language inside what the format checker accepts
+  (``gxg.grammar.json_formats`` lists what it leaves out); unknown formats are annotations;
+* ``unevaluatedProperties`` / ``unevaluatedItems`` are applied to each anyOf/oneOf branch
+  separately: a document valid only because two anyOf branches together evaluate its members
+  is refused;
 * with ``any_whitespace=False`` and an ``indent``, values nested deeper than
-  ``MAX_INDENT_DEPTH`` containers are rejected (json.dumps's indentation depends on the depth,
-  so each depth needs its own rules).
+  ``MAX_INDENT_DEPTH`` containers are rejected.
 
-Relaxations (the grammar may accept documents the schema forbids) — announced with a
-``JsonSchemaRelaxationWarning``: ``oneOf`` whose branches are not provably disjoint (disjoint
-JSON types, disjoint ``const``/``enum`` values, or a required property whose ``const``/``enum``
-values differ) is compiled as ``anyOf``. ``oneOf`` of branches that each only require one
-distinct property name is exact (an object with exactly one of the names).
+Duplicate member names: a context-free grammar cannot compare keys, so with ``any_order=True``
+an optional or additional member, and in either order additional members among themselves, may
+appear twice. Every occurrence is checked against its schema, so the value ``json.loads`` keeps
+(the last) is valid; ``minProperties`` counts occurrences, so duplicates can satisfy it (the
+one way a document with duplicate names can pass a check it should fail; say so to users who
+count on minProperties). Required members appear once.
+
+Relaxations (the grammar may accept documents the schema forbids) — each announced with a
+``JsonSchemaRelaxationWarning``: ``uniqueItems: true`` is not enforced (a context-free grammar
+cannot compare items); ``oneOf`` is compiled as ``anyOf`` when its branches are neither provably
+disjoint (disjoint JSON types, disjoint ``const``/``enum`` values, a required property whose
+``const``/``enum`` values differ, or one distinct required name each) nor expressible exactly as
+``b_i and not b_j`` for all j != i (which needs every branch's complement, see ``not``).
 
 Options (XGrammar's, reference §3.1): ``any_whitespace=True`` allows ``[ \\n\\r\\t]*`` (at most
 ``max_whitespace_cnt`` characters) between tokens and none around the root; the separators
 default to ``","`` / ``":"`` and, when given, must appear (whitespace around them allowed).
 ``any_whitespace=False`` accepts exactly ``json.dumps(value, indent=indent,
 separators=separators)``, separators defaulting to ``(", ", ": ")`` without indent and
-``(",", ": ")`` with one. ``strict_mode=True``: a schema with ``properties`` and no
-``additionalProperties`` allows no other properties, and one with ``prefixItems`` (or an
-``items`` list) and no ``items`` / ``additionalItems`` allows no further items; without
-``properties`` / ``prefixItems`` the JSON Schema default (anything) holds.
-``strict_mode=False`` follows JSON Schema throughout.
+``(",", ": ")`` with one. ``strict_mode=True``: a schema with ``properties`` (or
+``patternProperties``) and no ``additionalProperties`` allows no other properties, and one with
+``prefixItems`` (or an ``items`` list) and no ``items`` / ``additionalItems`` allows no further
+items; without them the JSON Schema default (anything) holds. ``strict_mode=False`` follows
+JSON Schema throughout.
 
-Supported keywords: ``type`` (a name or a list), ``enum``, ``const``, ``properties``,
-``required``, ``additionalProperties``, ``items`` (schema, or draft-04 list), ``prefixItems``,
-``additionalItems``, ``minItems``, ``maxItems``, ``minLength``, ``maxLength``, ``anyOf``,
-``oneOf``, ``allOf``, ``$ref`` (``#`` and ``#/...`` JSON pointers, percent- and ``~0``/``~1``-
-escaped, recursive ones too; each referenced schema becomes one rule), ``uniqueItems: false``.
-Ignored: the annotations ``title description default examples $schema $comment deprecated
-readOnly writeOnly contentEncoding contentMediaType contentSchema $anchor $dynamicAnchor``,
-``$id`` / ``id`` of the root (and of subschemas when the schema has no ``$ref``: a nested base
-URI only changes what refs resolve to), ``$defs`` / ``definitions`` (containers), and keys that
-are no JSON Schema keyword (JSON Schema ignores unknown keywords). Every other keyword raises.
+Keywords. Types and values: ``type`` (a name or a list), ``enum``, ``const``. Strings:
+``minLength``/``maxLength`` (code points), ``pattern`` (ECMAScript, unanchored: matched
+anywhere, ``.`` excluding line terminators; via the regex front-end), ``format``. Numbers:
+``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum`` (exact digit automata),
+``multipleOf`` (see ``json_numbers``). Arrays: ``items`` (schema, or draft-04 list),
+``prefixItems``, ``additionalItems``, ``minItems``, ``maxItems``, ``unevaluatedItems``,
+``uniqueItems`` (true: relaxed, see below). Objects: ``properties``, ``required``, ``additionalProperties``,
+``patternProperties`` (up to ``MAX_PATTERN_PROPERTIES`` patterns; keys are split into the regular
+languages "matches exactly these patterns"), ``propertyNames``, ``minProperties``,
+``maxProperties``, ``unevaluatedProperties``, ``dependentRequired``, ``dependentSchemas``,
+``dependencies``. Combinators: ``anyOf``, ``oneOf``, ``allOf``, ``not``, ``if``/``then``/``else``,
+``$ref`` (``#`` and ``#/...`` JSON pointers, percent- and ``~0``/``~1``-escaped, recursive ones
+too; each referenced schema becomes one rule). Ignored: the annotations ``title description
+default examples $schema $comment deprecated readOnly writeOnly contentEncoding
+contentMediaType contentSchema $anchor $dynamicAnchor``, ``$id`` / ``id`` of the root (and of
+subschemas when the schema has no ``$ref``), ``$defs`` / ``definitions``, and keys that are no
+JSON Schema keyword. Refused (GrammarError naming them): ``contains``,
+``minContains``, ``maxContains``, ``$dynamicRef``, ``$recursiveRef``, draft-03 keywords.
 
-Combinations. ``allOf`` (and ``$ref``, ``anyOf``, ``oneOf`` with sibling assertions, which mean
-allOf of the siblings and the keyword, as in 2020-12; older drafts ignore ``$ref`` siblings, so
-honouring them only narrows) is compiled by merging the subschemas into one schema with the same
-instances: ``type`` intersected, ``required`` united, ``enum``/``const`` intersected, the
-tighter length/count bound kept, ``properties`` merged name by name, ``items`` merged, and
-``anyOf``/``oneOf`` of one side distributed over its branches. Merges whose result is not a
-single schema raise naming ``allOf``: both sides with ``additionalProperties``, one side's
-``additionalProperties`` while the other declares further properties, both sides with tuple
-items, ``anyOf``/``oneOf`` on both sides, or two different values of any other keyword.
-``enum``/``const`` with sibling assertions other than ``type``, ``minLength``, ``maxLength``
-raise. In strict mode the defaults apply to the merged schema.
+How the combinators compile. ``allOf`` (and ``$ref``, ``anyOf``, ``oneOf`` with sibling
+assertions, which mean allOf of the siblings and the keyword, as in 2020-12) merges the
+subschemas into one schema with the same instances: ``type`` intersected, ``required`` united,
+``enum``/``const`` intersected, the tighter bound kept, ``properties`` and ``patternProperties``
+merged name by name, ``items`` merged, patterns and formats all kept, and ``anyOf``/``oneOf``
+distributed over their branches (two of them: the product of the branches). ``not`` is the
+complement, computed keyword by keyword (a schema is the conjunction of its keywords; a keyword
+about one type is satisfied by every other type, so its complement only holds values of that
+type): ``not {minLength: 3}`` is a string of at most 2 code points, ``not {required: [a, b]}``
+an object without a or without b, ``not {pattern: p}`` a string that does not contain a match of
+p (a DFA complement), ``not {enum: [...]}`` every other value (numbers as open intervals).
+``if/then/else`` is ``anyOf(allOf(if, then), allOf(not if, else))``; a dependency on ``a`` is
+``anyOf(a absent, a present and the dependency)``. Merges and complements that are not
+expressible raise naming the keyword: two different ``additionalProperties``, one side's
+``additionalProperties`` while the other declares further properties, two tuple ``items``,
+two ``multipleOf`` of which neither divides the other, the complement of ``multipleOf``,
+``items``, ``uniqueItems``, an array/object constant, or a possibly overlapping ``oneOf``.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import warnings
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Dict, List, Optional, Sequence as Seq, Tuple
 from urllib.parse import unquote
 
+from gxg.grammar import code_point_dfa as dfa_ops
+from gxg.grammar.code_point_dfa import dfa_to_expr
 from gxg.grammar.ir import (
     EMPTY,
     CharClass,
@@ -91,6 +126,9 @@ from gxg.grammar.ir import (
     RuleRef,
     Sequence,
 )
+from gxg.grammar.json_formats import format_pattern
+from gxg.grammar.json_numbers import json_number_language
+from gxg.grammar.regex import regex_to_grammar
 
 __all__ = ["json_schema_to_grammar", "JsonSchemaRelaxationWarning", "MAX_INDENT_DEPTH"]
 
@@ -110,18 +148,34 @@ class JsonSchemaRelaxationWarning(UserWarning):
 SUPPORTED = frozenset({
     "type", "enum", "const", "properties", "required", "additionalProperties", "items",
     "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength",
-    "anyOf", "oneOf", "allOf", "$ref", "uniqueItems",
-})
+    "anyOf", "oneOf", "allOf", "$ref", "uniqueItems", "pattern", "format", "minimum", "maximum",
+    "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "patternProperties", "propertyNames",
+    "minProperties", "maxProperties", "not", "if", "then", "else", "dependentRequired",
+    "dependentSchemas", "dependencies", "unevaluatedItems", "unevaluatedProperties",
+}) | {"x-gxg-regexes", "x-gxg-not-strings"}
+# Internal keywords (never in user schemas; produced by merging and negation):
+#   x-gxg-regexes      list of [regex, search, negated, keyword]: the decoded string must (not)
+#                      match each regex (search: anywhere, as 'pattern'; else in full, as 'format')
+#   x-gxg-not-strings  list of strings the value must differ from
 UNSUPPORTED = frozenset({
-    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "patternProperties", "propertyNames", "minProperties", "maxProperties",
-    "contains", "minContains", "maxContains", "not", "if", "then", "else",
-    "dependentRequired", "dependentSchemas", "dependencies", "unevaluatedItems",
-    "unevaluatedProperties", "$dynamicRef", "$recursiveRef", "$recursiveAnchor", "extends",
-    "disallow", "divisibleBy",
+    "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef", "$recursiveAnchor",
+    "extends", "disallow", "divisibleBy",
 })
+# Rewritten by ``normal`` into anyOf/allOf of simpler schemas before a schema is compiled.
+EXPANDED = ("not", "if", "dependentRequired", "dependentSchemas", "dependencies")
+NUMERIC_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+STRING_KEYWORDS = ("minLength", "maxLength", "pattern", "format", "x-gxg-regexes", "x-gxg-not-strings")
+ARRAY_KEYWORDS = ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
+                  "unevaluatedItems")
+OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternProperties",
+                   "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties")
+# An object's members are written in a fixed order, so minProperties/maxProperties count along a
+# chain of (declared member index, members so far) states; more than this many is refused.
+MAX_COUNT_STATES = 4096
+MAX_PATTERN_PROPERTIES = 4
+# any_order: the required members seen so far are tracked as a set up to this many.
+MAX_ANY_ORDER_REQUIRED = 8
 JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
-_ENUM_FILTERS = frozenset({"type", "minLength", "maxLength", "enum", "const"})
 
 
 # ----------------------------------------------------------------------------- combinators
@@ -244,6 +298,11 @@ def _surrogate_pairs(lo: int, hi: int) -> List[Expr]:
 
 
 def _unit(ranges) -> Maybe:
+    return _unit_cached(tuple(tuple(r) for r in ranges))
+
+
+@functools.lru_cache(maxsize=4096)  # a cache of a pure function: units recur in every key trie
+def _unit_cached(ranges: Tuple[Tuple[int, int], ...]) -> Maybe:
     """One JSON string unit whose decoded code point lies in ``ranges`` (no lone surrogates)."""
     alternatives: List[Expr] = []
     raw = _subtract_all(ranges, _RAW_FORBIDDEN)
@@ -370,6 +429,18 @@ def _canonical(value: Any) -> str:
     return json.dumps(norm(value), sort_keys=True)
 
 
+def _decimal(value: Any) -> Decimal:
+    """The exact decimal a schema number means (0.1 is one tenth: json.loads made it a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
+        raise GrammarError(f"{value!r} is not a number")
+    return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+
+
+def _json_number(value: Decimal) -> Any:
+    """A Decimal back as a schema number (int when integral, else the float it came from)."""
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
 def _number_spellings(value) -> List[str]:
     if isinstance(value, float) and not math.isfinite(value):
         return []  # NaN / Infinity are no JSON
@@ -411,16 +482,19 @@ def _resolve_pointer(root: Any, ref: str, where: str) -> Tuple[Any, str]:
 
 
 class _Converter:
-    def __init__(self, root: Any, fmt: _Format, strict_mode: bool):
+    def __init__(self, root: Any, fmt: _Format, strict_mode: bool, any_order: bool = False):
         self.root = root
         self.fmt = fmt
         self.strict = strict_mode
+        self.any_order = any_order
         self.rules: Dict[str, Optional[Expr]] = {}
         self.ref_rules: Dict[Tuple[str, int], str] = {}
         self.rule_pointer: Dict[str, str] = {}
         self.referenced: set = set()
         self.empty_refs: set = set()  # (pointer, depth key) of referenced schemas found empty
         self.uses_refs = '"$ref"' in json.dumps(root)  # nested ids matter only to refs
+        self.warned: set = set()
+        self.cache: Dict[Any, Any] = {}  # shared pieces: regex grammars/DFAs/bodies, units, numbers
 
     # -- rules
     def new_rule(self, hint: str) -> str:
@@ -529,11 +603,23 @@ class _Converter:
     # -- schemas
     def keywords(self, schema: Any, ptr: str) -> Dict[str, Any]:
         """The JSON Schema keywords of an object schema (annotations and unknown keys dropped),
-        after checking that it is an object and that every keyword is supported."""
+        after checking that it is an object and that every keyword is supported. Draft-04's
+        boolean exclusiveMinimum/exclusiveMaximum become the numeric form; then/else without
+        if are dropped (they mean nothing alone)."""
         if not isinstance(schema, dict):
             raise GrammarError(f"schema at {ptr} must be an object or a boolean, got {schema!r}")
         self.check_keywords(schema, ptr)
-        return {k: v for k, v in schema.items() if k in SUPPORTED or k in UNSUPPORTED}
+        out = {k: v for k, v in schema.items() if k in SUPPORTED or k in UNSUPPORTED}
+        for exclusive, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if isinstance(out.get(exclusive), bool):
+                if out.pop(exclusive) and inclusive in out:
+                    out[exclusive] = out.pop(inclusive)
+        if "if" not in out:
+            out.pop("then", None)
+            out.pop("else", None)
+        if out.get("uniqueItems") is False:
+            del out["uniqueItems"]  # true stays for checking constants; grammars relax it
+        return out
 
     def schema(self, schema: Any, ptr: str, depth: int) -> Maybe:
         if schema is True:
@@ -541,6 +627,10 @@ class _Converter:
         if schema is False:
             return None
         siblings = self.keywords(schema, ptr)
+        if "unevaluatedProperties" in siblings or "unevaluatedItems" in siblings:
+            return self.schema(self.with_unevaluated(siblings, ptr), ptr, depth)
+        if any(keyword in siblings for keyword in EXPANDED):
+            return self.schema(self.merge(siblings, {}, ptr), ptr, depth)
         if "$ref" in schema:
             ref = schema["$ref"]
             if not isinstance(ref, str):
@@ -562,8 +652,8 @@ class _Converter:
                 merged = self.merge(merged, sub, f"{ptr}/allOf/{i}")
             return self.schema(merged, ptr, depth)
         for keyword in ("anyOf", "oneOf"):
-            if keyword in schema:
-                subs = schema[keyword]
+            if keyword in siblings:
+                subs = siblings[keyword]
                 if not isinstance(subs, list) or not subs:
                     raise GrammarError(f"'{keyword}' at {ptr} must be a non-empty list")
                 del siblings[keyword]
@@ -575,13 +665,18 @@ class _Converter:
                     # branch hold.
                     return self.schema(self.merge(siblings, {keyword: subs}, ptr), ptr, depth)
                 if keyword == "oneOf" and not self.provably_disjoint(subs):
+                    exclusive = self.exclusive_branches(subs, ptr)
+                    if exclusive is not None:
+                        return _alt(*[self.schema(s, f"{ptr}/oneOf/{i}", depth)
+                                      for i, s in enumerate(exclusive)])
                     warnings.warn(f"oneOf at {ptr} compiled as anyOf: its branches are not provably "
-                                  f"disjoint", JsonSchemaRelaxationWarning, stacklevel=3)
+                                  f"disjoint, and their complements are not expressible",
+                                  JsonSchemaRelaxationWarning, stacklevel=3)
                 branches = [self.schema(s, f"{ptr}/{keyword}/{i}", depth) for i, s in enumerate(subs)]
                 return _alt(*branches)
-        if "enum" in schema or "const" in schema:
-            return self.enum(schema, ptr, depth)
-        return _alt(*[self.typed(schema, t, ptr, depth) for t in self.types(schema, ptr)])
+        if "enum" in siblings or "const" in siblings:
+            return self.enum(siblings, ptr, depth)
+        return _alt(*[self.typed(siblings, t, ptr, depth) for t in self.types(siblings, ptr)])
 
     def check_keywords(self, schema: dict, ptr: str) -> None:
         for keyword, value in schema.items():
@@ -590,27 +685,89 @@ class _Converter:
             if keyword in ("$id", "id") and ptr != "#" and isinstance(value, str) and self.uses_refs:
                 # A nested base URI changes what '#/...' refers to inside it.
                 raise GrammarError(f"unsupported keyword '{keyword}' at {ptr}")
-            if keyword == "uniqueItems" and value is not False:
-                raise GrammarError(f"unsupported keyword 'uniqueItems' at {ptr}")
+            if keyword == "uniqueItems" and value is True and (ptr, "uniqueItems") not in self.warned:
+                # Only narrows the language; a context-free grammar cannot compare items.
+                self.warned.add((ptr, "uniqueItems"))
+                warnings.warn(f"uniqueItems at {ptr} is not enforced: a grammar cannot compare array "
+                              f"items", JsonSchemaRelaxationWarning, stacklevel=4)
+            elif keyword == "uniqueItems" and not isinstance(value, bool):
+                raise GrammarError(f"'uniqueItems' at {ptr} must be a boolean")
 
     @staticmethod
     def asserts(schema: dict) -> bool:
-        return any(k in SUPPORTED or k in UNSUPPORTED for k in schema
-                   if not (k == "uniqueItems" and schema[k] is False))
+        return any(k in SUPPORTED or k in UNSUPPORTED for k in schema if k != "uniqueItems")
+
+    # -- unevaluatedProperties / unevaluatedItems
+    def with_unevaluated(self, siblings: dict, ptr: str) -> Any:
+        """The schema with unevaluated* turned into additionalProperties / the array rest of
+        every merged branch. Exact after merging allOf/$ref (every subschema's properties are
+        evaluated); anyOf/oneOf branches are merged one at a time, so a document valid only
+        because two anyOf branches together evaluate its properties is rejected (narrowing).
+        Refused where a negation is involved (not, if, dependentSchemas): the properties of a
+        failed subschema are not evaluated, but its negation would declare them."""
+        props = siblings.pop("unevaluatedProperties", None)
+        items = siblings.pop("unevaluatedItems", None)
+        keyword = "unevaluatedProperties" if props is not None else "unevaluatedItems"
+        if self.reaches_negation(siblings):
+            raise GrammarError(f"unsupported keyword '{keyword}' at {ptr} together with "
+                               f"not / if / dependentSchemas")
+        merged = self.merge(siblings, {}, ptr)
+
+        def apply(schema: Any) -> Any:
+            if schema is False:
+                return False
+            for combinator in ("anyOf", "oneOf"):
+                if combinator in schema:
+                    rest = {k: v for k, v in schema.items() if k != combinator}
+                    return {**rest, combinator: [apply(self.merge(rest, b, ptr)) for b in schema[combinator]]}
+            out = dict(schema)
+            if props is not None and "additionalProperties" not in out:
+                out["additionalProperties"] = props
+            if items is not None:
+                if "prefixItems" in out:
+                    out.setdefault("items", items)
+                elif isinstance(out.get("items"), list):
+                    out.setdefault("additionalItems", items)
+                else:
+                    out.setdefault("items", items)
+            return out
+
+        return apply(merged)
+
+    def reaches_negation(self, schema: Any) -> bool:
+        seen, todo = set(), [schema]
+        while todo:
+            node = todo.pop()
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    if key in ("not", "if", "dependentSchemas", "dependencies") and not isinstance(value, (str, list)):
+                        if key != "dependencies" or any(isinstance(v, dict) for v in value.values()):
+                            return True
+                    if key == "$ref" and isinstance(value, str) and value not in seen:
+                        seen.add(value)
+                        try:
+                            todo.append(_resolve_pointer(self.root, value, "#")[0])
+                        except GrammarError:
+                            pass
+                    else:
+                        todo.append(value)
+            elif isinstance(node, list):
+                todo.extend(node)
+        return False
 
     # -- allOf: merging two schemas into one whose instances are those valid for both
     def normal(self, schema: Any, ptr: str, budget: List[int]) -> Any:
-        """``schema`` without annotations, top-level $ref and allOf (False, or a dict)."""
+        """``schema`` without annotations, top-level $ref, allOf and the EXPANDED keywords
+        (False, or a dict; it may hold anyOf/oneOf)."""
         budget[0] -= 1
         if budget[0] < 0:
-            raise GrammarError(f"unsupported keyword 'allOf' at {ptr}: the merge does not terminate")
+            raise GrammarError(f"unsupported keyword 'allOf' at {ptr}: the merge does not terminate "
+                               f"or grows too large")
         if schema is True:
             return {}
         if schema is False:
             return False
         out = self.keywords(schema, ptr)
-        if out.get("uniqueItems") is False:
-            del out["uniqueItems"]
         if "$ref" in out:
             target, target_ptr = _resolve_pointer(self.root, out.pop("$ref"), ptr)
             return self.merge2(self.normal(target, target_ptr, budget), out, ptr, budget)
@@ -622,7 +779,170 @@ class _Converter:
             for i, sub in enumerate(subs):
                 merged = self.merge2(merged, sub, f"{ptr}/allOf/{i}", budget)
             return merged
+        if "not" in out:
+            negated = self.negate(out.pop("not"), f"{ptr}/not", budget)
+            return self.merge2(out, negated, ptr, budget)
+        if "if" in out:
+            # if/then/else == anyOf(allOf(if, then), allOf(not if, else)); the branches exclude
+            # each other, so nothing is lost by compiling them as alternatives.
+            condition, then, otherwise = out.pop("if"), out.pop("then", True), out.pop("else", True)
+            negated = self.negate(condition, f"{ptr}/if", budget)
+            branches = [self.merge2(condition, then, f"{ptr}/then", budget),
+                        self.merge2(negated, otherwise, f"{ptr}/else", budget)]
+            return self.merge2(out, {"anyOf": [b for b in branches if b is not False] or [False]}, ptr, budget)
+        clauses = self.dependency_clauses(out, ptr)
+        if clauses:
+            merged = out
+            for clause in clauses:
+                merged = self.merge2(merged, clause, ptr, budget)
+            return merged
         return out
+
+    def dependency_clauses(self, out: dict, ptr: str) -> List[dict]:
+        """dependentRequired / dependentSchemas / draft-04 dependencies as anyOf clauses:
+        name absent, or name present and the dependency holds (the two exclude each other).
+        Removes the keywords from ``out``."""
+        clauses = []
+        for keyword in ("dependentRequired", "dependentSchemas", "dependencies"):
+            table = out.pop(keyword, None)
+            if table is None:
+                continue
+            if not isinstance(table, dict):
+                raise GrammarError(f"'{keyword}' at {ptr} must be an object")
+            for name, dependency in table.items():
+                absent = {"properties": {name: False}}
+                if isinstance(dependency, list):
+                    if not all(isinstance(d, str) for d in dependency):
+                        raise GrammarError(f"'{keyword}' at {ptr}/{_escape_token(name)} must list strings")
+                    present: Any = {"required": [name] + [d for d in dependency if d != name]}
+                elif keyword != "dependentRequired" and isinstance(dependency, (dict, bool)):
+                    present = {"allOf": [{"required": [name]}, dependency]}
+                else:
+                    raise GrammarError(f"'{keyword}' at {ptr}/{_escape_token(name)} must be a "
+                                       f"{'list' if keyword == 'dependentRequired' else 'list or schema'}")
+                clauses.append({"anyOf": [absent, present]})
+        return clauses
+
+    # -- not: the complement of a schema, as a schema
+    def negate(self, schema: Any, ptr: str, budget: List[int]) -> Any:
+        """A schema whose instances are exactly the JSON values ``schema`` rejects. A schema is
+        the conjunction of its keywords, so its complement is the anyOf of the keywords'
+        complements; a keyword that constrains one type is satisfied by every other type, so its
+        complement holds only values of that type. Raises naming 'not' where the complement is
+        not expressible here (e.g. multipleOf, uniqueItems, items)."""
+        flat = self.normal(schema, ptr, budget)
+        if flat is False:
+            return True
+        branches: List[Any] = []
+        rest = dict(flat)
+        for combinator in ("anyOf", "oneOf"):
+            if combinator in rest:
+                subs = rest.pop(combinator)
+                if combinator == "oneOf" and not self.provably_disjoint(subs):
+                    raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of a "
+                                       f"oneOf whose branches may overlap")
+                every: Any = {}
+                for i, sub in enumerate(subs):  # not anyOf(a, b) == allOf(not a, not b)
+                    every = self.merge2(every, self.negate(sub, f"{ptr}/{combinator}/{i}", budget),
+                                        ptr, budget)
+                branches.append(every)
+        if "type" in rest:
+            kinds = self.merged_types(rest.pop("type"), list(JSON_TYPES), ptr)
+            if "integer" in kinds and "number" not in kinds:
+                raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of type "
+                                   f"integer (numbers with a fraction) is not supported")
+            others = [t for t in JSON_TYPES if t not in kinds]
+            if others:
+                branches.append({"type": others})
+        if "enum" in rest or "const" in rest:
+            values = rest.pop("enum") if "enum" in rest else [rest["const"]]
+            if "const" in rest:
+                const = rest.pop("const")
+                values = [v for v in values if _canonical(v) == _canonical(const)]
+            branches.extend(self.negate_values(values, ptr))
+        for keyword, value in rest.items():
+            branches.extend(self.negate_keyword(keyword, value, ptr, budget))
+        return {"anyOf": branches} if branches else False
+
+    def negate_values(self, values: list, ptr: str) -> List[Any]:
+        """Every JSON value except ``values``."""
+        present = {_json_type_of(v) for v in values}
+        out: List[Any] = []
+        numeric = present & {"integer", "number"}
+        others = [t for t in JSON_TYPES if t not in present and not (numeric and t in ("integer", "number"))]
+        if others:
+            out.append({"type": others})
+        if "boolean" in present:
+            flags = {v for v in values if isinstance(v, bool)}
+            out.extend({"const": flag} for flag in (True, False) if flag not in flags)
+        if "string" in present:
+            out.append({"type": "string", "x-gxg-not-strings": sorted({v for v in values if isinstance(v, str)})})
+        if numeric:
+            points = sorted({_decimal(v) for v in values if _json_type_of(v) in ("integer", "number")})
+            out.append({"type": "number", "exclusiveMaximum": _json_number(points[0])})
+            for low, high in zip(points, points[1:]):
+                out.append({"type": "number", "exclusiveMinimum": _json_number(low),
+                            "exclusiveMaximum": _json_number(high)})
+            out.append({"type": "number", "exclusiveMinimum": _json_number(points[-1])})
+        if present & {"array", "object"}:
+            raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of an array or "
+                               f"object constant")
+        return out
+
+    def negate_keyword(self, keyword: str, value: Any, ptr: str, budget: List[int]) -> List[Any]:
+        def refuse(why: str = "") -> GrammarError:
+            return GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of "
+                                f"'{keyword}'{why} is not supported")
+
+        def count() -> int:
+            return self.count({keyword: value}, keyword, ptr, 0)
+
+        if keyword == "minLength":
+            return [{"type": "string", "maxLength": count() - 1}] if count() > 0 else []
+        if keyword == "maxLength":
+            return [{"type": "string", "minLength": count() + 1}]
+        if keyword == "minItems":
+            return [{"type": "array", "maxItems": count() - 1}] if count() > 0 else []
+        if keyword == "maxItems":
+            return [{"type": "array", "minItems": count() + 1}]
+        if keyword == "minProperties":
+            return [{"type": "object", "maxProperties": count() - 1}] if count() > 0 else []
+        if keyword == "maxProperties":
+            return [{"type": "object", "minProperties": count() + 1}]
+        flipped = {"minimum": "exclusiveMaximum", "maximum": "exclusiveMinimum",
+                   "exclusiveMinimum": "maximum", "exclusiveMaximum": "minimum"}
+        if keyword in flipped:
+            return [{"type": "number", flipped[keyword]: value}]
+        if keyword in ("pattern", "format", "x-gxg-regexes"):
+            regexes = self.string_regexes({keyword: value}, ptr)
+            # not (r1 and r2 ...) == (not r1) or (not r2) ...
+            return [{"type": "string", "x-gxg-regexes": [[r, search, not negated, kw]]}
+                    for r, search, negated, kw in regexes]
+        if keyword == "x-gxg-not-strings":
+            return [{"type": "string", "enum": list(value)}] if value else []
+        if keyword == "required":
+            if not isinstance(value, list):
+                raise GrammarError(f"'required' at {ptr} must be a list of strings")
+            return [{"type": "object", "properties": {name: False}} for name in dict.fromkeys(value)]
+        if keyword == "properties":
+            if not isinstance(value, dict):
+                raise GrammarError(f"'properties' at {ptr} must be an object")
+            out = []
+            for name, sub in value.items():
+                if sub is True or sub == {}:
+                    continue
+                negated = self.negate(sub, f"{ptr}/properties/{_escape_token(name)}", budget)
+                if negated is not False:
+                    out.append({"type": "object", "required": [name], "properties": {name: negated}})
+            return out
+        if keyword in ("additionalProperties", "items", "additionalItems", "propertyNames",
+                       "unevaluatedProperties", "unevaluatedItems") and value is True:
+            return []
+        if keyword == "items" and value is False:
+            return [{"type": "array", "minItems": 1}]
+        if keyword == "uniqueItems" and value is False:
+            return []
+        raise refuse()
 
     def merge(self, a: Any, b: Any, ptr: str) -> Any:
         try:
@@ -637,17 +957,21 @@ class _Converter:
         for keyword in ("anyOf", "oneOf"):
             for one, other in ((a, b), (b, a)):
                 if keyword in one:
-                    if "anyOf" in other or "oneOf" in other:
-                        raise GrammarError(f"unsupported keyword 'allOf' of two '{keyword}'/'anyOf'/'oneOf' "
-                                           f"at {ptr}")
+                    # allOf(x, anyOf(b...)) == anyOf(allOf(x, b)...); for oneOf, "exactly one of
+                    # (x and b_i)" == x and exactly one b_i. ``other`` may hold its own anyOf /
+                    # oneOf: distributing again takes the product of the branches.
                     rest = {k: v for k, v in one.items() if k != keyword}
                     base = self.merge2(rest, other, ptr, budget)
                     if base is False:
                         return False
-                    return {keyword: [self.merge2(base, branch, f"{ptr}/{keyword}/{i}", budget)
-                                      for i, branch in enumerate(one[keyword])]}
+                    merged = [self.merge2(base, branch, f"{ptr}/{keyword}/{i}", budget)
+                              for i, branch in enumerate(one[keyword])]
+                    # A branch that became unsatisfiable can never hold (nor be oneOf's "the
+                    # one"), so dropping it keeps the meaning.
+                    kept = [m for m in merged if m is not False]
+                    return {keyword: kept} if kept else False
         out: Dict[str, Any] = {}
-        object_keys = ("properties", "additionalProperties")
+        object_keys = ("properties", "additionalProperties", "patternProperties")
         array_keys = ("items", "prefixItems", "additionalItems")
         for key in list(a) + [k for k in b if k not in a]:
             if key in object_keys or key in array_keys:
@@ -670,10 +994,34 @@ class _Converter:
                 if _canonical(x) != _canonical(y):
                     return False
                 out[key] = x
-            elif key in ("minLength", "minItems"):
+            elif key in ("minLength", "minItems", "minProperties"):
                 out[key] = max(x, y)
-            elif key in ("maxLength", "maxItems"):
+            elif key in ("maxLength", "maxItems", "maxProperties"):
                 out[key] = min(x, y)
+            elif key in ("minimum", "exclusiveMinimum"):
+                out[key] = x if _decimal(x) >= _decimal(y) else y
+            elif key in ("maximum", "exclusiveMaximum"):
+                out[key] = x if _decimal(x) <= _decimal(y) else y
+            elif key == "multipleOf":
+                dx, dy = _decimal(x), _decimal(y)
+                if dx > 0 and dy > 0 and (dx % dy == 0 or dy % dx == 0):
+                    out[key] = x if dx >= dy else y
+                elif _canonical(x) != _canonical(y):
+                    raise GrammarError(f"unsupported keyword 'allOf' merging two different "
+                                       f"'multipleOf' at {ptr}")
+                else:
+                    out[key] = x
+            elif key in ("pattern", "format", "x-gxg-regexes"):
+                out[key] = x
+                if _canonical(x) != _canonical(y):  # both must hold: keep the second as internal
+                    extra = self.string_regexes({key: y}, ptr)
+                    out["x-gxg-regexes"] = list(out.get("x-gxg-regexes", [])) + [list(r) for r in extra]
+            elif key == "x-gxg-not-strings":
+                out[key] = sorted(set(x) | set(y))
+            elif key == "uniqueItems":
+                out[key] = bool(x or y)
+            elif key == "propertyNames":
+                out[key] = self.merge2(x, y, f"{ptr}/propertyNames", budget)
             elif _canonical(x) != _canonical(y):
                 raise GrammarError(f"unsupported keyword 'allOf' merging two different '{key}' at {ptr}")
             else:
@@ -692,26 +1040,48 @@ class _Converter:
 
     def merge_object(self, a: dict, b: dict, out: dict, ptr: str, budget: List[int]) -> None:
         props_a, props_b = a.get("properties", {}), b.get("properties", {})
-        if not isinstance(props_a, dict) or not isinstance(props_b, dict):
-            raise GrammarError(f"'properties' at {ptr} must be an object")
+        pats_a, pats_b = a.get("patternProperties", {}), b.get("patternProperties", {})
+        for value, keyword in ((props_a, "properties"), (props_b, "properties"),
+                               (pats_a, "patternProperties"), (pats_b, "patternProperties")):
+            if not isinstance(value, dict):
+                raise GrammarError(f"'{keyword}' at {ptr} must be an object")
         extra_a, extra_b = "additionalProperties" in a, "additionalProperties" in b
+        if (extra_a or extra_b) and not pats_a and not pats_b:
+            # Each side judges the names it does not declare with its additionalProperties, so a
+            # name declared on one side only meets the other side's additionalProperties, and an
+            # undeclared name meets both.
+            def side(props: dict, has_extra: bool, extra: Any, name: str) -> Any:
+                return props[name] if name in props else (extra if has_extra else True)
+            merged = {}
+            for name in list(props_a) + [n for n in props_b if n not in props_a]:
+                one = side(props_a, extra_a, a.get("additionalProperties"), name)
+                two = side(props_b, extra_b, b.get("additionalProperties"), name)
+                merged[name] = self.merge2(one, two, f"{ptr}/properties/{_escape_token(name)}", budget) \
+                    if one is not True and two is not True else (two if one is True else one)
+            out["properties"] = merged
+            out["additionalProperties"] = self.merge2(a.get("additionalProperties", True),
+                                                      b.get("additionalProperties", True),
+                                                      f"{ptr}/additionalProperties", budget)
+            return
         if extra_a and extra_b:
             raise GrammarError(f"unsupported keyword 'allOf' merging two 'additionalProperties' at {ptr}")
-        # additionalProperties of one side judges every name outside its own properties, so the
-        # other side may only constrain names that side already declares.
-        for one, other, has_extra in ((props_a, props_b, extra_a), (props_b, props_a, extra_b)):
-            if has_extra and not set(other) <= set(one):
+        # additionalProperties of one side judges every name outside its own properties and
+        # patterns, so the other side may only constrain names that side already declares.
+        for one, other, one_pats, other_pats, has_extra in ((props_a, props_b, pats_a, pats_b, extra_a),
+                                                            (props_b, props_a, pats_b, pats_a, extra_b)):
+            if has_extra and not (set(other) <= set(one) and set(other_pats) <= set(one_pats)):
                 raise GrammarError(f"unsupported keyword 'allOf' merging 'additionalProperties' with "
                                    f"properties declared elsewhere at {ptr}")
-        merged = {}
-        for name in list(props_a) + [n for n in props_b if n not in props_a]:
-            if name in props_a and name in props_b:
-                merged[name] = self.merge2(props_a[name], props_b[name],
-                                           f"{ptr}/properties/{_escape_token(name)}", budget)
-            else:
-                merged[name] = props_a[name] if name in props_a else props_b[name]
-        if merged or "properties" in a or "properties" in b:
-            out["properties"] = merged
+        for table_a, table_b, keyword in ((props_a, props_b, "properties"), (pats_a, pats_b, "patternProperties")):
+            merged = {}
+            for name in list(table_a) + [n for n in table_b if n not in table_a]:
+                if name in table_a and name in table_b:
+                    merged[name] = self.merge2(table_a[name], table_b[name],
+                                               f"{ptr}/{keyword}/{_escape_token(name)}", budget)
+                else:
+                    merged[name] = table_a[name] if name in table_a else table_b[name]
+            if merged or keyword in a or keyword in b:
+                out[keyword] = merged
         if extra_a or extra_b:
             out["additionalProperties"] = a["additionalProperties"] if extra_a else b["additionalProperties"]
 
@@ -768,29 +1138,21 @@ class _Converter:
         return list(dict.fromkeys(names))
 
     def enum(self, schema: dict, ptr: str, depth: int) -> Maybe:
-        for keyword in schema:
-            if keyword in SUPPORTED and keyword not in _ENUM_FILTERS and keyword != "uniqueItems":
-                raise GrammarError(f"unsupported keyword 'enum/const' combined with '{keyword}' at {ptr}")
         if "enum" in schema:
             values = schema["enum"]
             if not isinstance(values, list):
                 raise GrammarError(f"'enum' at {ptr} must be a list")
         else:
             values = [schema["const"]]
+        others = {k: v for k, v in schema.items() if k not in ("enum", "const")}
         if "const" in schema:
             values = [v for v in values if _canonical(v) == _canonical(schema["const"])]
-        types = self.types(schema, ptr)
-        lo = self.count(schema, "minLength", ptr, 0)
-        hi = self.count(schema, "maxLength", ptr, None)
         kept, seen = [], set()
         for value in values:
-            if not any(_has_type(value, t) for t in types):
+            if _canonical(value) in seen or not self.satisfies(value, others, ptr):
                 continue
-            if isinstance(value, str) and not (lo <= len(value) and (hi is None or len(value) <= hi)):
-                continue
-            if _canonical(value) not in seen:
-                seen.add(_canonical(value))
-                kept.append(value)
+            seen.add(_canonical(value))
+            kept.append(value)
         return _alt(*[self.constant(v, depth) for v in kept])
 
     def count(self, schema: dict, keyword: str, ptr: str, default):
@@ -808,24 +1170,245 @@ class _Converter:
             return _lit("null")
         if type_name == "boolean":
             return Choice((_lit("true"), _lit("false")))
-        if type_name == "integer":
-            return self.integer_rule()
-        if type_name == "number":
-            return self.number_rule()
+        if type_name in ("integer", "number"):
+            bounds = {k: schema[k] for k in NUMERIC_BOUNDS if k in schema}
+            if not bounds:
+                return self.integer_rule() if type_name == "integer" else self.number_rule()
+            return self.number_language(type_name == "integer", bounds, ptr)
         if type_name == "string":
             return self.string(schema, ptr)
         if type_name == "array":
             return self.array(schema, ptr, depth)
         return self.object(schema, ptr, depth)
 
+    # -- numbers
+    def number_language(self, integer: bool, bounds: dict, ptr: str) -> Maybe:
+        key = ("number", integer, _canonical(bounds))
+        if key in self.cache:
+            return self.cache[key]
+        for keyword, value in bounds.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    (isinstance(value, float) and not math.isfinite(value)):
+                raise GrammarError(f"'{keyword}' at {ptr} must be a number")
+        if "multipleOf" in bounds and _decimal(bounds["multipleOf"]) <= 0:
+            raise GrammarError(f"'multipleOf' at {ptr} must be greater than 0")
+        try:
+            expr = json_number_language(
+                integer=integer, minimum=bounds.get("minimum"), maximum=bounds.get("maximum"),
+                exclusive_minimum=bounds.get("exclusiveMinimum"),
+                exclusive_maximum=bounds.get("exclusiveMaximum"),
+                multiple_of=bounds.get("multipleOf"), new_rule=self.add_rule)
+        except GrammarError as exc:
+            raise GrammarError(f"{exc.message} (at {ptr})") from None
+        expr = self.share(expr, "integer" if integer else "number")
+        self.cache[key] = expr
+        return expr
+
+    # -- strings
     def string(self, schema: dict, ptr: str) -> Maybe:
         lo = self.count(schema, "minLength", ptr, 0)
         hi = self.count(schema, "maxLength", ptr, None)
-        if lo == 0 and hi is None:
-            return self.string_rule()
         if hi is not None and hi < lo:
             return None
-        return Sequence((_lit('"'), Repeat(self.char_rule(), lo, hi), _lit('"')))
+        regexes = self.string_regexes(schema, ptr)
+        excluded = schema.get("x-gxg-not-strings", [])
+        if not regexes and not excluded:
+            if lo == 0 and hi is None:
+                return self.string_rule()
+            return Sequence((_lit('"'), Repeat(self.char_rule(), lo, hi), _lit('"')))
+        if not excluded and lo == 0 and hi is None and len(regexes) == 1 and not regexes[0][2]:
+            regex, search, _, keyword = regexes[0]
+            return _seq(_lit('"'), self.regex_body(regex, search, keyword, ptr), _lit('"'))
+        if not regexes and lo == 0 and hi is None:
+            return self.key_excluding(list(excluded))
+        dfa = self.string_dfa(schema, ptr)
+        body = self.dfa_expr(dfa, "string")
+        return _seq(_lit('"'), body, _lit('"'))
+
+    def string_regexes(self, schema: dict, ptr: str) -> List[Tuple[str, bool, bool, str]]:
+        """(regex, search, negated, keyword) the decoded string must satisfy: 'pattern' matches
+        anywhere (ECMAScript search), a known 'format' in full, unknown formats are ignored (JSON
+        Schema: annotations)."""
+        out: List[Tuple[str, bool, bool, str]] = []
+        if "pattern" in schema:
+            if not isinstance(schema["pattern"], str):
+                raise GrammarError(f"'pattern' at {ptr} must be a string")
+            out.append((schema["pattern"], True, False, "pattern"))
+        if "format" in schema:
+            name = schema["format"]
+            regex = format_pattern(name) if isinstance(name, str) else None
+            if regex is not None:
+                out.append((regex, False, False, "format"))
+        for entry in schema.get("x-gxg-regexes", []):
+            out.append(tuple(entry))
+        return out
+
+    def string_dfa(self, schema: dict, ptr: str):
+        """The decoded values a (flat) string schema admits, as a DFA: lengths, regexes, excluded
+        values and, for property names, enum/const."""
+        lo = self.count(schema, "minLength", ptr, 0)
+        hi = self.count(schema, "maxLength", ptr, None)
+        keyword = "pattern"
+        try:
+            dfa = dfa_ops.length_between(lo, hi) if (lo or hi is not None) else dfa_ops.any_string()
+            for regex, search, negated, keyword in self.string_regexes(schema, ptr):
+                part = self.regex_dfa(regex, search, keyword, ptr)
+                dfa = dfa_ops.difference(dfa, part) if negated else dfa_ops.intersect(dfa, part)
+            if schema.get("x-gxg-not-strings"):
+                dfa = dfa_ops.difference(dfa, dfa_ops.literal_strings(schema["x-gxg-not-strings"]))
+            return dfa
+        except dfa_ops.DfaTooLarge as exc:
+            raise GrammarError(f"unsupported keyword '{keyword}' at {ptr} combined with lengths or "
+                               f"other patterns: {exc}") from None
+
+    def regex_grammar(self, regex: str, search: bool, keyword: str, ptr: str) -> Grammar:
+        key = ("regex", regex, search)
+        if key not in self.cache:
+            try:
+                self.cache[key] = regex_to_grammar(regex, search=search, dot_all=False)
+            except GrammarError as exc:
+                raise GrammarError(f"unsupported keyword '{keyword}' at {ptr}: {regex!r}: {exc}") from None
+        return self.cache[key]
+
+    def regex_dfa(self, regex: str, search: bool, keyword: str, ptr: str):
+        key = ("dfa", regex, search)
+        if key not in self.cache:
+            grammar = self.regex_grammar(regex, search, keyword, ptr)
+            try:
+                self.cache[key] = dfa_ops.dfa_from_grammar(grammar)
+            except dfa_ops.DfaTooLarge as exc:
+                raise GrammarError(f"unsupported keyword '{keyword}' at {ptr}: {regex!r}: {exc}") from None
+        return self.cache[key]
+
+    def regex_body(self, regex: str, search: bool, keyword: str, ptr: str) -> Maybe:
+        """The JSON spellings (raw or escaped units) of the strings ``regex`` matches: the
+        regex's rules copied with each code point set replaced by its units."""
+        key = ("body", regex, search)
+        if key in self.cache:
+            return self.cache[key]
+        grammar = self.regex_grammar(regex, search, keyword, ptr)
+        names = {rule.name: self.new_rule(keyword) for rule in grammar.rules}
+
+        def spell(expr: Expr) -> Maybe:
+            if isinstance(expr, Literal):
+                return _seq(*[self.unit(((ord(c), ord(c)),)) for c in expr.data.decode("utf-8")])
+            if isinstance(expr, CharClass):
+                return self.unit(expr.effective_ranges())
+            if isinstance(expr, RuleRef):
+                return RuleRef(names[expr.name])
+            if isinstance(expr, Sequence):
+                return _seq(*[spell(item) for item in expr.items])
+            if isinstance(expr, Choice):
+                return _alt(*[spell(item) for item in expr.alternatives])
+            return _rep(spell(expr.expr), expr.min, expr.max)
+
+        for rule in grammar.rules:
+            self.rules[names[rule.name]] = spell(rule.body)
+        body: Maybe = RuleRef(names[grammar.root_rule_name])
+        if self.rules[names[grammar.root_rule_name]] is None:
+            body = None
+        self.cache[key] = body
+        return body
+
+    def unit(self, ranges) -> Maybe:
+        """One JSON string unit whose code point is in ``ranges``, shared as a rule."""
+        ranges = tuple(_subtract_all(ranges, [(0xD800, 0xDFFF)]))
+        if ranges == ((0, 0xD7FF), (0xE000, 0x10FFFF)):
+            return self.char_rule()
+        key = ("unit", ranges)
+        if key not in self.cache:
+            expr = _unit(ranges)
+            if expr is not None and not isinstance(expr, (Literal, CharClass)):
+                name = self.new_rule("json_unit")
+                self.rules[name] = expr
+                expr = RuleRef(name)
+            self.cache[key] = expr
+        return self.cache[key]
+
+    def dfa_expr(self, dfa, hint: str) -> Maybe:
+        """The JSON spellings of the strings ``dfa`` accepts (right-linear rules)."""
+        def define(ref: RuleRef, body: Expr) -> None:
+            self.rules[ref.name] = body
+        return dfa_to_expr(dfa, self.unit, lambda h: RuleRef(self.new_rule(h)), hint, define_rule=define)
+
+    def add_rule(self, hint, body: Optional[Expr]) -> RuleRef:
+        """json_numbers' rule callback: ``(hint, body)`` adds a rule, ``(hint, None)`` reserves
+        one, ``(ref, body)`` gives a reserved rule its body."""
+        if isinstance(hint, RuleRef):
+            self.rules[hint.name] = body
+            return hint
+        name = self.new_rule(hint)
+        self.rules[name] = body
+        return RuleRef(name)
+
+    def within(self, size: int, schema: dict, low: str, high: str, ptr: str) -> bool:
+        top = self.count(schema, high, ptr, None)
+        return self.count(schema, low, ptr, 0) <= size and (top is None or size <= top)
+
+    # -- checking a constant against a schema (enum/const with sibling keywords, property names)
+    def satisfies(self, value: Any, schema: Any, ptr: str) -> bool:
+        flat = self.normal(schema, ptr, [2000])
+        if flat is False:
+            return False
+        rest = dict(flat)
+        for combinator in ("anyOf", "oneOf"):
+            if combinator in rest:
+                results = [self.satisfies(value, b, ptr) for b in rest.pop(combinator)]
+                if not (any(results) if combinator == "anyOf" else sum(results) == 1):
+                    return False
+        kind = _json_type_of(value)
+        if "type" in rest and not any(_has_type(value, t) for t in self.types(rest, ptr)):
+            return False
+        if "enum" in rest and _canonical(value) not in {_canonical(v) for v in rest["enum"]}:
+            return False
+        if "const" in rest and _canonical(value) != _canonical(rest["const"]):
+            return False
+        if kind == "string":
+            if not self.within(len(value), rest, "minLength", "maxLength", ptr):
+                return False
+            for regex, search, negated, keyword in self.string_regexes(rest, ptr):
+                if self.regex_dfa(regex, search, keyword, ptr).accepts(value) == negated:
+                    return False
+            if value in rest.get("x-gxg-not-strings", []):
+                return False
+        if kind in ("integer", "number"):
+            number = _decimal(value)
+            checks = {"minimum": lambda b: number >= b, "maximum": lambda b: number <= b,
+                      "exclusiveMinimum": lambda b: number > b, "exclusiveMaximum": lambda b: number < b,
+                      "multipleOf": lambda b: b > 0 and number % b == 0}
+            for keyword, check in checks.items():
+                if keyword in rest and not check(_decimal(rest[keyword])):
+                    return False
+        if kind == "array":
+            if not self.within(len(value), rest, "minItems", "maxItems", ptr):
+                return False
+            prefix = rest.get("prefixItems", rest["items"] if isinstance(rest.get("items"), list) else [])
+            rest_key = "additionalItems" if isinstance(rest.get("items"), list) or \
+                ("prefixItems" in rest and "items" not in rest) else "items"
+            default_rest = not (self.strict and prefix)
+            for i, item in enumerate(value):
+                sub = prefix[i] if i < len(prefix) else rest.get(rest_key, default_rest)
+                if not self.satisfies(item, sub, ptr):
+                    return False
+            if rest.get("uniqueItems") is True and len({_canonical(v) for v in value}) != len(value):
+                return False
+        if kind == "object":
+            if not self.within(len(value), rest, "minProperties", "maxProperties", ptr):
+                return False
+            if any(name not in value for name in rest.get("required", [])):
+                return False
+            properties, patterns = rest.get("properties", {}), rest.get("patternProperties", {})
+            extra = rest.get("additionalProperties", not (self.strict and (properties or patterns)))
+            for name, item in value.items():
+                if "propertyNames" in rest and not self.satisfies(name, rest["propertyNames"], ptr):
+                    return False
+                matched = [s for p, s in patterns.items()
+                           if self.regex_dfa(p, True, "patternProperties", ptr).accepts(name)]
+                subs = ([properties[name]] if name in properties else []) + matched
+                for sub in subs or [extra]:
+                    if not self.satisfies(item, sub, ptr):
+                        return False
+        return True
 
     def array(self, schema: dict, ptr: str, depth: int) -> Maybe:
         fmt = self.fmt
@@ -876,65 +1459,251 @@ class _Converter:
         fmt = self.fmt
         properties = schema.get("properties", {})
         required = schema.get("required", [])
+        patterns = schema.get("patternProperties", {})
         if not isinstance(properties, dict):
             raise GrammarError(f"'properties' at {ptr} must be an object")
+        if not isinstance(patterns, dict):
+            raise GrammarError(f"'patternProperties' at {ptr} must be an object")
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
             raise GrammarError(f"'required' at {ptr} must be a list of strings")
-        extra_schema = schema.get("additionalProperties", not (self.strict and properties))
-        undeclared = [name for name in required if name not in properties]
-        if undeclared:
-            # A required name outside 'properties' is an additional property that must be there:
-            # declare it (after the others) with the additionalProperties schema.
-            properties = {**properties, **{name: extra_schema for name in undeclared}}
+        if len(patterns) > MAX_PATTERN_PROPERTIES:
+            raise GrammarError(f"unsupported keyword 'patternProperties' at {ptr}: more than "
+                               f"{MAX_PATTERN_PROPERTIES} patterns")
+        names_schema = schema.get("propertyNames", True)
+        extra_schema = schema.get("additionalProperties", not (self.strict and (properties or patterns)))
+        lo = self.count(schema, "minProperties", ptr, 0)
+        hi = self.count(schema, "maxProperties", ptr, None)
+        if hi is not None and hi < lo:
+            return None
+        # A required name outside 'properties' is an undeclared property that must be there:
+        # declare it (after the others) with the schemas that judge it.
+        declared = list(properties) + [name for name in dict.fromkeys(required) if name not in properties]
         key_sep = fmt.key()
         members: List[Tuple[Expr, bool]] = []  # (member, required)
-        for name, sub in properties.items():
-            value = self.schema(sub, f"{ptr}/properties/{_escape_token(name)}", depth + 1)
-            if value is None:
-                if name in required:
-                    return None
-                continue  # the property must be absent; additional keys exclude its name too
-            member = _seq(_string_constant(name), key_sep, value)
-            if member is None:  # a name with a lone surrogate: no document can spell it here
+        for name in declared:
+            value = self.property_value(name, properties, patterns, extra_schema, names_schema, ptr, depth)
+            member = None if value is None else _seq(_string_constant(name), key_sep, value)
+            if member is None:  # the property must be absent (or its name cannot be spelled)
                 if name in required:
                     return None
                 continue
             members.append((member, name in required))
-        extra_value = self.schema(extra_schema, f"{ptr}/additionalProperties", depth + 1)
-        extra: Maybe = None
-        if extra_value is not None:
-            extra = self.share(_seq(self.key_excluding(list(properties)), key_sep, extra_value),
-                               "extra_member")
+        extra = self.extra_member(declared, patterns, extra_schema, names_schema, ptr, depth)
+        if self.any_order:
+            return self.object_any_order(members, extra, lo, hi, depth)
+        return self.object_body(members, extra, lo, hi, depth)
+
+    def property_value(self, name: str, properties: dict, patterns: dict, extra_schema: Any,
+                       names_schema: Any, ptr: str, depth: int) -> Maybe:
+        """The value of property ``name``: its 'properties' schema and every patternProperties
+        schema whose pattern it matches, or additionalProperties when neither applies."""
+        if names_schema is not True and not self.satisfies(name, names_schema, f"{ptr}/propertyNames"):
+            return None
+        subs = []
+        if name in properties:
+            subs.append((properties[name], f"{ptr}/properties/{_escape_token(name)}"))
+        for pattern, sub in patterns.items():
+            if self.regex_dfa(pattern, True, "patternProperties", ptr).accepts(name):
+                subs.append((sub, f"{ptr}/patternProperties/{_escape_token(pattern)}"))
+        if not subs:
+            subs.append((extra_schema, f"{ptr}/additionalProperties"))
+        if len(subs) == 1:
+            return self.schema(subs[0][0], subs[0][1], depth + 1)
+        merged: Any = subs[0][0]
+        for sub, sub_ptr in subs[1:]:
+            merged = self.merge(merged, sub, sub_ptr)
+        return self.schema(merged, subs[0][1], depth + 1)
+
+    def extra_member(self, declared: List[str], patterns: dict, extra_schema: Any, names_schema: Any,
+                     ptr: str, depth: int) -> Maybe:
+        """``key: value`` for a property outside ``declared``. Keys are split by the set of
+        patternProperties patterns they match (each set is a regular language); a key matching
+        none takes additionalProperties, and every key must satisfy propertyNames."""
+        key_sep = self.fmt.key()
+        if not patterns and names_schema is True:
+            value = self.schema(extra_schema, f"{ptr}/additionalProperties", depth + 1)
+            if value is None:
+                return None
+            return self.share(_seq(self.key_excluding(declared), key_sep, value), "extra_member")
+        keys = dfa_ops.any_string()
+        if names_schema is not True:
+            keys = self.names_dfa(names_schema, f"{ptr}/propertyNames")
+        if declared:
+            keys = dfa_ops.difference(keys, dfa_ops.literal_strings(declared))
+        compiled = [(self.regex_dfa(p, True, "patternProperties", ptr), s, p) for p, s in patterns.items()]
+        alternatives: List[Maybe] = []
+        try:
+            for mask in range(2 ** len(compiled)):
+                language = keys
+                value_schema, value_ptr = extra_schema, f"{ptr}/additionalProperties"
+                chosen = []
+                for bit, (dfa, sub, pattern) in enumerate(compiled):
+                    if mask >> bit & 1:
+                        language = dfa_ops.intersect(language, dfa)
+                        chosen.append((sub, f"{ptr}/patternProperties/{_escape_token(pattern)}"))
+                    else:
+                        language = dfa_ops.difference(language, dfa)
+                if dfa_ops.is_empty(language):
+                    continue
+                if chosen:
+                    value_schema, value_ptr = chosen[0]
+                    for sub, sub_ptr in chosen[1:]:
+                        value_schema = self.merge(value_schema, sub, sub_ptr)
+                value = self.schema(value_schema, value_ptr, depth + 1)
+                if value is None:
+                    continue
+                key = self.dfa_expr(language, "key")
+                alternatives.append(_seq(_lit('"'), key, _lit('"'), key_sep, value))
+        except dfa_ops.DfaTooLarge as exc:
+            raise GrammarError(f"unsupported keyword 'patternProperties' at {ptr}: {exc}") from None
+        return self.share(_alt(*alternatives), "extra_member")
+
+    def names_dfa(self, names_schema: Any, ptr: str):
+        flat = self.normal(names_schema, ptr, [2000])
+        if flat is False:
+            return dfa_ops.nothing()
+        if any(k in flat for k in ("anyOf", "oneOf")):
+            raise GrammarError(f"unsupported keyword 'propertyNames' at {ptr}: anyOf/oneOf of names")
+        if "type" in flat and "string" not in self.types(flat, ptr):
+            return dfa_ops.nothing()
+        dfa = self.string_dfa(flat, ptr)
+        if "enum" in flat or "const" in flat:
+            values = flat["enum"] if "enum" in flat else [flat["const"]]
+            dfa = dfa_ops.intersect(dfa, dfa_ops.literal_strings([v for v in values if isinstance(v, str)]))
+        return dfa
+
+    def object_any_order(self, members: List[Tuple[Expr, bool]], extra: Maybe, lo: int,
+                         hi: Optional[int], depth: int) -> Maybe:
+        """Members in any order: an automaton over members whose state is (required members
+        seen, members written — saturating at lo without an upper bound). The required set is
+        a bit set for up to MAX_ANY_ORDER_REQUIRED of them (a required member appears once);
+        beyond that, required members keep their relative schema order (state = how many were
+        seen; a narrowing). Optional members and extra members are not tracked, so one may
+        appear twice: every occurrence is checked, and json.loads keeps the last (see the module
+        docstring on duplicate names)."""
+        fmt = self.fmt
+        sep = fmt.item(depth)
+        pieces = [(self.share(member, "member"), needed) for member, needed in members]
+        required = [i for i, (_, needed) in enumerate(pieces) if needed]
+        as_set = len(required) <= MAX_ANY_ORDER_REQUIRED
+        full = (1 << len(required)) - 1 if as_set else len(required)
+        bit = {index: k for k, index in enumerate(required)}
+        cap = hi if hi is not None else lo
+
+        def after(c: int) -> Optional[int]:
+            if hi is not None:
+                return c + 1 if c + 1 <= hi else None
+            return min(c + 1, lo)
+
+        def moves(seen: int, c: int):
+            c_next = after(c)
+            if c_next is None:
+                return
+            for i, (member, needed) in enumerate(pieces):
+                if not needed:
+                    yield member, (seen, c_next)
+                elif as_set and not seen >> bit[i] & 1:
+                    yield member, (seen | 1 << bit[i], c_next)
+                elif not as_set and bit[i] == seen:
+                    yield member, (seen + 1, c_next)
+            if extra is not None:
+                yield extra, (seen, c_next)
+
+        if (full + 1) * (cap + 1) > MAX_COUNT_STATES:
+            raise GrammarError(f"unsupported keyword 'minProperties'/'maxProperties': "
+                               f"{len(required)} required members and a bound of {cap} need more "
+                               f"than {MAX_COUNT_STATES} states in any-order mode")
+        # The states after the first member, and which of them can still end the object.
+        edges: Dict[Tuple[int, int], List[Tuple[Expr, Tuple[int, int]]]] = {}
+        first_moves = list(moves(0, 0))
+        todo = [target for _, target in first_moves]
+        while todo:
+            state = todo.pop()
+            if state in edges:
+                continue
+            edges[state] = list(moves(*state))
+            todo.extend(target for _, target in edges[state])
+        live = {state for state in edges if state[0] == full and state[1] >= lo}
+        changed = True
+        while changed:
+            changed = False
+            for state, out in edges.items():
+                if state not in live and any(target in live for _, target in out):
+                    live.add(state)
+                    changed = True
+        names = {state: self.new_rule("members") for state in sorted(live)}
+        for state in sorted(live):
+            alternatives: List[Maybe] = [EMPTY] if state[0] == full and state[1] >= lo else []
+            alternatives += [Sequence((sep, member, RuleRef(names[target])))
+                             for member, target in edges[state] if target in live]
+            self.rules[names[state]] = _alt(*alternatives)
+        nonempty = _alt(*[Sequence((member, RuleRef(names[target])))
+                          for member, target in first_moves if target in live])
+        empty_ok = lo == 0 and not required
+        return _alt(fmt.empty("{}") if empty_ok else None,
+                    _seq(fmt.open("{", depth), nonempty, fmt.close("}", depth)))
+
+    def object_body(self, members: List[Tuple[Expr, bool]], extra: Maybe, lo: int, hi: Optional[int],
+                    depth: int) -> Maybe:
+        """``{ members in order, then extra members }`` with between lo and hi members in all.
+
+        State (i, c, first): members i.. are still to come, c were written (c saturates at lo
+        when there is no upper bound), ``first``: nothing written yet, so no separator before the
+        next one. Entries used by two predecessors become rules."""
+        fmt = self.fmt
         sep = fmt.item(depth)
         n = len(members)
-        # first_needed[i]: members from i on may be the first ones written (all before skipped).
-        first_needed = [True] * (n + 1)
-        for i in range(1, n + 1):
-            first_needed[i] = first_needed[i - 1] and not members[i - 1][1]
-        # rest[i]: members i.. after at least one member was written (each after a separator).
-        rest: List[Maybe] = [None] * (n + 1)
-        rest[n] = _rep(_seq(sep, extra), 0, None) if extra is not None else EMPTY
+        cap = hi if hi is not None else lo
+        if (n + 1) * (cap + 1) > MAX_COUNT_STATES:
+            raise GrammarError(f"unsupported keyword 'minProperties'/'maxProperties': {n} properties "
+                               f"and a bound of {cap} need more than {MAX_COUNT_STATES} states")
+
+        def after(c: int) -> int:
+            return c + 1 if hi is not None else min(c + 1, lo)
+
+        def extras(c: int, first: bool) -> Maybe:
+            need_lo = max(0, lo - c)
+            need_hi = None if hi is None else hi - c
+            if need_hi is not None and need_hi < 0:
+                return None
+            if first:  # the object is still empty; the empty object itself is handled apart
+                if extra is None or need_hi == 0:
+                    return None
+                return _seq(extra, _rep(_seq(sep, extra), max(0, need_lo - 1),
+                                        None if need_hi is None else need_hi - 1))
+            if extra is None:
+                return EMPTY if need_lo == 0 else None
+            return _rep(_seq(sep, extra), need_lo, need_hi)
+
+        states = [(c, False) for c in range(cap + 1)] + [(0, True)]
+        uses: Dict[Tuple[int, int, bool], int] = {}
         for i in range(n):
-            if first_needed[i]:  # the member is written in two places: first(i) and rest[i]
-                members[i] = (self.share(members[i][0], "member"), members[i][1])
+            for c, first in states:
+                for key in ((i + 1, after(c), False), (i + 1, c, first)):
+                    uses[key] = uses.get(key, 0) + 1
+        table: Dict[Tuple[int, int, bool], Maybe] = {}
+        for c, first in states:
+            table[(n, c, first)] = extras(c, first)
+
+        def ref(key: Tuple[int, int, bool]) -> Maybe:
+            expr = table.get(key)
+            if hi is not None and key[1] > hi:
+                return None
+            if uses.get(key, 0) > 1:
+                expr = self.share(expr, "members")
+                table[key] = expr
+            return expr
+
         for i in range(n - 1, -1, -1):
             member, needed = members[i]
-            piece = Sequence((sep, member))
-            tail = rest[i + 1]
-            if first_needed[i]:  # rest[i+1] is used twice: by rest[i] and by first(i)
-                tail = self.share(tail, "members")
-                rest[i + 1] = tail
-            rest[i] = _seq(piece if needed else Repeat(piece, 0, 1), tail)
-        first: Maybe = _seq(extra, rest[n]) if extra is not None else None
-        for i in range(n - 1, -1, -1):
-            if not first_needed[i]:
-                continue
-            member, needed = members[i]
-            here = _seq(member, rest[i + 1])
-            first = here if needed else _alt(here, first)
-        empty_ok = not any(needed for _, needed in members)
+            for c, first in states:
+                take = _seq(member if first else Sequence((sep, member)), ref((i + 1, after(c), False)))
+                skip = None if needed else ref((i + 1, c, first))
+                table[(i, c, first)] = _alt(take, skip)
+        nonempty = table[(0, 0, True)]
+        empty_ok = lo == 0 and not any(needed for _, needed in members)
         return _alt(fmt.empty("{}") if empty_ok else None,
-                    _seq(fmt.open("{", depth), first, fmt.close("}", depth)))
+                    _seq(fmt.open("{", depth), nonempty, fmt.close("}", depth)))
 
     def key_excluding(self, names: List[str]) -> Expr:
         """A JSON string (any spelling) whose value is none of ``names``."""
@@ -954,7 +1723,7 @@ class _Converter:
             alternatives: List[Maybe] = []
             if None not in node:
                 alternatives.append(_lit('"'))
-            alternatives.append(_seq(_unit(_complement(children)), tail))
+            alternatives.append(_seq(self.unit(_complement(children)), tail))
             for cp in children:
                 alternatives.append(_seq(_unit(((cp, cp),)), after(node[cp])))
             return _alt(*alternatives)
@@ -1050,6 +1819,20 @@ class _Converter:
                  "properties": {other: False for other in names if other != name}}
                 for name in names]
 
+    def exclusive_branches(self, branches: list, ptr: str) -> Optional[list]:
+        """``oneOf(b_1..b_k)`` as disjoint anyOf branches ``b_i and not b_j (j != i)``, or None
+        when a complement is not expressible or the merge grows too large."""
+        out = []
+        try:
+            for i, branch in enumerate(branches):
+                others = [{"not": other} for j, other in enumerate(branches) if j != i]
+                merged = self.merge({"allOf": [branch] + others}, {}, f"{ptr}/oneOf/{i}")
+                if merged is not False:
+                    out.append(merged)
+        except GrammarError:
+            return None
+        return out or [False]
+
     def provably_disjoint(self, branches: list) -> bool:
         return all(self.disjoint(branches[i], branches[j])
                    for i in range(len(branches)) for j in range(i + 1, len(branches)))
@@ -1101,13 +1884,13 @@ def _load_schema(schema: Any) -> Any:
 
 def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: Optional[int] = None,
                            separators: Optional[Tuple[str, str]] = None, strict_mode: bool = True,
-                           max_whitespace_cnt: Optional[int] = None) -> Grammar:
+                           max_whitespace_cnt: Optional[int] = None, any_order: bool = False) -> Grammar:
     """The Grammar of the JSON documents that satisfy ``schema`` (see the module docstring)."""
     root = _load_schema(schema)
     if root is False:
         raise GrammarError("schema 'false' at # matches nothing")
     fmt = _make_format(any_whitespace, indent, separators, max_whitespace_cnt)
-    converter = _Converter(root, fmt, strict_mode)
+    converter = _Converter(root, fmt, strict_mode, any_order)
     body = converter.schema(root, "#", 0)
     if body is None:
         raise GrammarError("schema at # matches nothing")
