@@ -283,3 +283,33 @@ def test_any_order_tracks_many_required_members_in_schema_order():
 def test_duplicate_required_member_is_rejected_in_any_order():
     schema = {"type": "object", "properties": {"a": {}}, "required": ["a"]}
     assert not recognizer(schema, strict_mode=False, any_order=True).accepts('{"a":1,"a":2}')
+
+
+@pytest.mark.parametrize("draft, document, expected", [
+    ("http://json-schema.org/draft-07/schema#", '{"a":{"x":1}}', True),   # siblings of $ref ignored
+    ("https://json-schema.org/draft/2020-12/schema", '{"a":{"x":1}}', False),  # siblings apply
+    ("http://json-schema.org/draft-04/schema#", '{"a":"s"}', False),
+])
+def test_ref_siblings_follow_the_declared_draft(draft, document, expected):
+    schema = {"$schema": draft, "definitions": {"obj": {"type": "object"}},
+              "properties": {"a": {"$ref": "#/definitions/obj", "additionalProperties": False}}}
+    check(schema, document, expected)
+
+
+def test_large_upper_bounds_are_relaxed_with_a_warning():
+    from gxg.grammar.json_schema import MAX_EXACT_BOUND, JsonSchemaRelaxationWarning
+    big = MAX_EXACT_BOUND + 1
+    with pytest.warns(JsonSchemaRelaxationWarning, match=f"maxLength {big} at #/properties/s"):
+        grammar = json_schema_to_grammar({"properties": {"s": {"type": "string", "maxLength": big}}})
+    assert Recognizer(grammar).accepts('{"s": "' + "x" * (big + 5) + '"}')  # documented relaxation
+    check({"type": "string", "maxLength": MAX_EXACT_BOUND}, '"' + "x" * (MAX_EXACT_BOUND + 1) + '"', False)
+
+
+def test_many_required_members_may_follow_the_required_list_order():
+    names = [f"p{i}" for i in range(10)]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
+              "required": names[::-1]}
+    backwards = "{" + ",".join(f'"{n}":1' for n in names[::-1]) + "}"
+    forwards = "{" + ",".join(f'"{n}":1' for n in names) + "}"
+    check(schema, backwards, True, any_order=True)
+    check(schema, forwards, True, any_order=True)

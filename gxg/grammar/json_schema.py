@@ -44,9 +44,11 @@ appear twice. Every occurrence is checked against its schema, so the value ``jso
 one way a document with duplicate names can pass a check it should fail; say so to users who
 count on minProperties). Required members appear once.
 
-Relaxations (the grammar may accept documents the schema forbids) — each announced with a
-``JsonSchemaRelaxationWarning``: ``uniqueItems: true`` is not enforced (a context-free grammar
-cannot compare items); ``oneOf`` is compiled as ``anyOf`` when its branches are neither provably
+Relaxations (the grammar may accept documents the schema forbids) — announced with a
+``JsonSchemaRelaxationWarning``: ``maxLength``, ``maxItems`` and ``maxProperties`` above
+``MAX_EXACT_BOUND`` (64) are not enforced (each allowed count is a chain of automaton states
+whose token masks are precomputed, so ``maxLength: 1024`` would cost over a minute of
+compilation; a counted repeat in the runtime would lift this); ``oneOf`` is compiled as ``anyOf`` when its branches are neither provably
 disjoint (disjoint JSON types, disjoint ``const``/``enum`` values, a required property whose
 ``const``/``enum`` values differ, or one distinct required name each) nor expressible exactly as
 ``b_i and not b_j`` for all j != i (which needs every branch's complement, see ``not``).
@@ -68,7 +70,7 @@ anywhere, ``.`` excluding line terminators; via the regex front-end), ``format``
 ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum`` (exact digit automata),
 ``multipleOf`` (see ``json_numbers``). Arrays: ``items`` (schema, or draft-04 list),
 ``prefixItems``, ``additionalItems``, ``minItems``, ``maxItems``, ``unevaluatedItems``,
-``uniqueItems`` (true: relaxed, see below). Objects: ``properties``, ``required``, ``additionalProperties``,
+``uniqueItems: false``. Objects: ``properties``, ``required``, ``additionalProperties``,
 ``patternProperties`` (up to ``MAX_PATTERN_PROPERTIES`` patterns; keys are split into the regular
 languages "matches exactly these patterns"), ``propertyNames``, ``minProperties``,
 ``maxProperties``, ``unevaluatedProperties``, ``dependentRequired``, ``dependentSchemas``,
@@ -78,11 +80,14 @@ too; each referenced schema becomes one rule). Ignored: the annotations ``title 
 default examples $schema $comment deprecated readOnly writeOnly contentEncoding
 contentMediaType contentSchema $anchor $dynamicAnchor``, ``$id`` / ``id`` of the root (and of
 subschemas when the schema has no ``$ref``), ``$defs`` / ``definitions``, and keys that are no
-JSON Schema keyword. Refused (GrammarError naming them): ``contains``,
+JSON Schema keyword. Refused (GrammarError naming them): ``uniqueItems: true`` (a context-free
+grammar cannot compare items; ignoring it would accept repeated items), ``contains``,
 ``minContains``, ``maxContains``, ``$dynamicRef``, ``$recursiveRef``, draft-03 keywords.
 
 How the combinators compile. ``allOf`` (and ``$ref``, ``anyOf``, ``oneOf`` with sibling
-assertions, which mean allOf of the siblings and the keyword, as in 2020-12) merges the
+assertions, which mean allOf of the siblings and the keyword, as in 2020-12; when the root's
+``$schema`` names draft-03 to draft-07 the siblings of a ``$ref`` are ignored, as those drafts
+say) merges the
 subschemas into one schema with the same instances: ``type`` intersected, ``required`` united,
 ``enum``/``const`` intersected, the tighter bound kept, ``properties`` and ``patternProperties``
 merged name by name, ``items`` merged, patterns and formats all kept, and ``anyOf``/``oneOf``
@@ -105,6 +110,7 @@ import functools
 import json
 import math
 import re
+import sys
 import warnings
 from dataclasses import dataclass
 from decimal import Decimal
@@ -173,6 +179,10 @@ OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternPro
 # chain of (declared member index, members so far) states; more than this many is refused.
 MAX_COUNT_STATES = 4096
 MAX_PATTERN_PROPERTIES = 4
+CONVERTER_RECURSION_LIMIT = 20000
+# maxLength / maxItems / maxProperties above this are relaxed (warned): every allowed count is
+# its own chain of automaton states, and the compiler walks the vocabulary from each of them.
+MAX_EXACT_BOUND = 64
 # any_order: the required members seen so far are tracked as a set up to this many.
 MAX_ANY_ORDER_REQUIRED = 8
 JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
@@ -493,7 +503,10 @@ class _Converter:
         self.referenced: set = set()
         self.empty_refs: set = set()  # (pointer, depth key) of referenced schemas found empty
         self.uses_refs = '"$ref"' in json.dumps(root)  # nested ids matter only to refs
-        self.warned: set = set()
+        # Up to draft-07 a $ref replaces its whole schema object: sibling keywords are ignored.
+        draft = root.get("$schema", "") if isinstance(root, dict) else ""
+        self.ref_siblings_apply = not (isinstance(draft, str) and
+                                       re.search(r"draft-0[3-7]/schema", draft) is not None)
         self.cache: Dict[Any, Any] = {}  # shared pieces: regex grammars/DFAs/bodies, units, numbers
 
     # -- rules
@@ -618,7 +631,7 @@ class _Converter:
             out.pop("then", None)
             out.pop("else", None)
         if out.get("uniqueItems") is False:
-            del out["uniqueItems"]  # true stays for checking constants; grammars relax it
+            del out["uniqueItems"]
         return out
 
     def schema(self, schema: Any, ptr: str, depth: int) -> Maybe:
@@ -636,10 +649,10 @@ class _Converter:
             if not isinstance(ref, str):
                 raise GrammarError(f"$ref at {ptr} must be a string")
             del siblings["$ref"]
-            if not self.asserts(siblings):
+            if not self.asserts(siblings) or not self.ref_siblings_apply:
                 return self.ref(ref, ptr, depth)
             # 2020-12: siblings apply too (older drafts ignore them; honouring them only narrows).
-            return self.schema(self.merge(siblings, {"$ref": ref}, ptr), ptr, depth)
+            return self.ref_with_siblings(ref, siblings, ptr, depth)
         if "allOf" in schema:
             subs = schema["allOf"]
             if not isinstance(subs, list) or not subs:
@@ -685,17 +698,18 @@ class _Converter:
             if keyword in ("$id", "id") and ptr != "#" and isinstance(value, str) and self.uses_refs:
                 # A nested base URI changes what '#/...' refers to inside it.
                 raise GrammarError(f"unsupported keyword '{keyword}' at {ptr}")
-            if keyword == "uniqueItems" and value is True and (ptr, "uniqueItems") not in self.warned:
-                # Only narrows the language; a context-free grammar cannot compare items.
-                self.warned.add((ptr, "uniqueItems"))
-                warnings.warn(f"uniqueItems at {ptr} is not enforced: a grammar cannot compare array "
-                              f"items", JsonSchemaRelaxationWarning, stacklevel=4)
-            elif keyword == "uniqueItems" and not isinstance(value, bool):
+            if keyword == "uniqueItems" and value is True:
+                # Relaxing it would accept arrays with repeated items, which real test suites
+                # check; a context-free grammar cannot compare items.
+                raise GrammarError(f"unsupported keyword 'uniqueItems' at {ptr}: a grammar cannot "
+                                   f"compare array items")
+            if keyword == "uniqueItems" and not isinstance(value, bool):
                 raise GrammarError(f"'uniqueItems' at {ptr} must be a boolean")
 
     @staticmethod
     def asserts(schema: dict) -> bool:
-        return any(k in SUPPORTED or k in UNSUPPORTED for k in schema if k != "uniqueItems")
+        return any(k in SUPPORTED or k in UNSUPPORTED for k in schema
+                   if not (k == "uniqueItems" and schema[k] is False))
 
     # -- unevaluatedProperties / unevaluatedItems
     def with_unevaluated(self, siblings: dict, ptr: str) -> Any:
@@ -770,6 +784,8 @@ class _Converter:
         out = self.keywords(schema, ptr)
         if "$ref" in out:
             target, target_ptr = _resolve_pointer(self.root, out.pop("$ref"), ptr)
+            if not self.ref_siblings_apply:
+                return self.normal(target, target_ptr, budget)
             return self.merge2(self.normal(target, target_ptr, budget), out, ptr, budget)
         if "allOf" in out:
             subs = out.pop("allOf")
@@ -1127,6 +1143,23 @@ class _Converter:
         self.referenced.add(name)
         return RuleRef(name)
 
+    def ref_with_siblings(self, ref: str, siblings: dict, ptr: str, depth: int) -> Maybe:
+        """``{$ref, assertions...}`` as one rule per (target, assertions): the merged schema may
+        contain the same combination again (a recursive definition), which then refers back to
+        the rule instead of unfolding forever."""
+        _, target_ptr = _resolve_pointer(self.root, ref, ptr)
+        key = ("ref+", target_ptr, _canonical(siblings), self.fmt.depth_key(depth))
+        if key in self.cache:
+            return self.cache[key]
+        name = self.new_rule("ref_" + target_ptr.rsplit("/", 1)[-1])
+        self.cache[key] = RuleRef(name)
+        body = self.schema(self.merge(siblings, {"$ref": ref}, ptr), ptr, depth)
+        self.rules[name] = body
+        if body is None:
+            self.cache[key] = None  # a use inside it saw the RuleRef: the checks at the end catch it
+            return None
+        return RuleRef(name)
+
     def types(self, schema: dict, ptr: str) -> List[str]:
         declared = schema.get("type", list(JSON_TYPES))
         names = declared if isinstance(declared, list) else [declared]
@@ -1164,6 +1197,17 @@ class _Converter:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise GrammarError(f"'{keyword}' at {ptr} must be a non-negative integer")
         return value
+
+    def upper_bound(self, schema: dict, keyword: str, ptr: str) -> Optional[int]:
+        """maxLength / maxItems / maxProperties for the grammar: a bound above MAX_EXACT_BOUND
+        is dropped with a relaxation warning (each allowed count is a chain of automaton states
+        whose token masks are all computed at compile time; see the module docstring)."""
+        bound = self.count(schema, keyword, ptr, None)
+        if bound is not None and bound > MAX_EXACT_BOUND:
+            warnings.warn(f"{keyword} {bound} at {ptr} is not enforced: bounds above "
+                          f"{MAX_EXACT_BOUND} are relaxed", JsonSchemaRelaxationWarning, stacklevel=4)
+            return None
+        return bound
 
     def typed(self, schema: dict, type_name: str, ptr: str, depth: int) -> Maybe:
         if type_name == "null":
@@ -1207,7 +1251,7 @@ class _Converter:
     # -- strings
     def string(self, schema: dict, ptr: str) -> Maybe:
         lo = self.count(schema, "minLength", ptr, 0)
-        hi = self.count(schema, "maxLength", ptr, None)
+        hi = self.upper_bound(schema, "maxLength", ptr)
         if hi is not None and hi < lo:
             return None
         regexes = self.string_regexes(schema, ptr)
@@ -1247,7 +1291,7 @@ class _Converter:
         """The decoded values a (flat) string schema admits, as a DFA: lengths, regexes, excluded
         values and, for property names, enum/const."""
         lo = self.count(schema, "minLength", ptr, 0)
-        hi = self.count(schema, "maxLength", ptr, None)
+        hi = self.upper_bound(schema, "maxLength", ptr)
         keyword = "pattern"
         try:
             dfa = dfa_ops.length_between(lo, hi) if (lo or hi is not None) else dfa_ops.any_string()
@@ -1425,7 +1469,7 @@ class _Converter:
         default_rest = not (self.strict and prefix)
         rest_schema = schema.get(rest_key, default_rest)
         lo = self.count(schema, "minItems", ptr, 0)
-        hi = self.count(schema, "maxItems", ptr, None)
+        hi = self.upper_bound(schema, "maxItems", ptr)
         parts = [self.share(self.schema(s, f"{ptr}/{prefix_key}/{i}", depth + 1), "item")
                  for i, s in enumerate(prefix)]
         rest = self.share(self.schema(rest_schema, f"{ptr}/{rest_key}", depth + 1), "item")
@@ -1472,7 +1516,7 @@ class _Converter:
         names_schema = schema.get("propertyNames", True)
         extra_schema = schema.get("additionalProperties", not (self.strict and (properties or patterns)))
         lo = self.count(schema, "minProperties", ptr, 0)
-        hi = self.count(schema, "maxProperties", ptr, None)
+        hi = self.upper_bound(schema, "maxProperties", ptr)
         if hi is not None and hi < lo:
             return None
         # A required name outside 'properties' is an undeclared property that must be there:
@@ -1480,6 +1524,7 @@ class _Converter:
         declared = list(properties) + [name for name in dict.fromkeys(required) if name not in properties]
         key_sep = fmt.key()
         members: List[Tuple[Expr, bool]] = []  # (member, required)
+        kept: List[str] = []  # their names
         for name in declared:
             value = self.property_value(name, properties, patterns, extra_schema, names_schema, ptr, depth)
             member = None if value is None else _seq(_string_constant(name), key_sep, value)
@@ -1488,9 +1533,12 @@ class _Converter:
                     return None
                 continue
             members.append((member, name in required))
+            kept.append(name)
         extra = self.extra_member(declared, patterns, extra_schema, names_schema, ptr, depth)
         if self.any_order:
-            return self.object_any_order(members, extra, lo, hi, depth)
+            position = {name: i for i, name in enumerate(kept)}
+            required_order = [position[name] for name in dict.fromkeys(required) if name in position]
+            return self.object_any_order(members, extra, lo, hi, depth, required_order)
         return self.object_body(members, extra, lo, hi, depth)
 
     def property_value(self, name: str, properties: dict, patterns: dict, extra_schema: Any,
@@ -1573,22 +1621,31 @@ class _Converter:
         return dfa
 
     def object_any_order(self, members: List[Tuple[Expr, bool]], extra: Maybe, lo: int,
-                         hi: Optional[int], depth: int) -> Maybe:
+                         hi: Optional[int], depth: int, required_order: Seq[int] = ()) -> Maybe:
         """Members in any order: an automaton over members whose state is (required members
         seen, members written — saturating at lo without an upper bound). The required set is
-        a bit set for up to MAX_ANY_ORDER_REQUIRED of them (a required member appears once);
-        beyond that, required members keep their relative schema order (state = how many were
-        seen; a narrowing). Optional members and extra members are not tracked, so one may
-        appear twice: every occurrence is checked, and json.loads keeps the last (see the module
-        docstring on duplicate names)."""
+        a bit set for up to MAX_ANY_ORDER_REQUIRED of them (a required member appears once).
+        Beyond that, required members keep a relative order (a narrowing): the schema's
+        ``properties`` order or, as an alternative, the order of its ``required`` list
+        (``required_order``: member indices), which documents often follow; the state is then
+        (which order, how many seen). Optional members and extra members are not tracked, so
+        one may appear twice: every occurrence is checked, and json.loads keeps the last (see
+        the module docstring on duplicate names)."""
         fmt = self.fmt
         sep = fmt.item(depth)
         pieces = [(self.share(member, "member"), needed) for member, needed in members]
         required = [i for i, (_, needed) in enumerate(pieces) if needed]
         as_set = len(required) <= MAX_ANY_ORDER_REQUIRED
-        full = (1 << len(required)) - 1 if as_set else len(required)
         bit = {index: k for k, index in enumerate(required)}
+        orders = [required]
+        if not as_set and sorted(required_order) == required and list(required_order) != required:
+            orders.append(list(required_order))
+        # as_set: seen is a bit set; else seen = order * (r + 1) + how many of that order.
+        full = (1 << len(required)) - 1 if as_set else len(required)
         cap = hi if hi is not None else lo
+
+        def done(seen: int) -> bool:
+            return seen == full if as_set else seen % (len(required) + 1) == len(required)
 
         def after(c: int) -> Optional[int]:
             if hi is not None:
@@ -1604,18 +1661,22 @@ class _Converter:
                     yield member, (seen, c_next)
                 elif as_set and not seen >> bit[i] & 1:
                     yield member, (seen | 1 << bit[i], c_next)
-                elif not as_set and bit[i] == seen:
-                    yield member, (seen + 1, c_next)
+            if not as_set:
+                for k, order in enumerate(orders):
+                    count = seen % (len(required) + 1)
+                    if seen // (len(required) + 1) == k and count < len(order):
+                        yield pieces[order[count]][0], (seen + 1, c_next)
             if extra is not None:
                 yield extra, (seen, c_next)
 
-        if (full + 1) * (cap + 1) > MAX_COUNT_STATES:
+        if (full + 1) * len(orders) * (cap + 1) > MAX_COUNT_STATES:
             raise GrammarError(f"unsupported keyword 'minProperties'/'maxProperties': "
                                f"{len(required)} required members and a bound of {cap} need more "
                                f"than {MAX_COUNT_STATES} states in any-order mode")
         # The states after the first member, and which of them can still end the object.
         edges: Dict[Tuple[int, int], List[Tuple[Expr, Tuple[int, int]]]] = {}
-        first_moves = list(moves(0, 0))
+        first_moves = [move for k in range(len(orders))
+                       for move in moves(0 if as_set else k * (len(required) + 1), 0)]
         todo = [target for _, target in first_moves]
         while todo:
             state = todo.pop()
@@ -1623,7 +1684,7 @@ class _Converter:
                 continue
             edges[state] = list(moves(*state))
             todo.extend(target for _, target in edges[state])
-        live = {state for state in edges if state[0] == full and state[1] >= lo}
+        live = {state for state in edges if done(state[0]) and state[1] >= lo}
         changed = True
         while changed:
             changed = False
@@ -1633,7 +1694,7 @@ class _Converter:
                     changed = True
         names = {state: self.new_rule("members") for state in sorted(live)}
         for state in sorted(live):
-            alternatives: List[Maybe] = [EMPTY] if state[0] == full and state[1] >= lo else []
+            alternatives: List[Maybe] = [EMPTY] if done(state[0]) and state[1] >= lo else []
             alternatives += [Sequence((sep, member, RuleRef(names[target])))
                              for member, target in edges[state] if target in live]
             self.rules[names[state]] = _alt(*alternatives)
@@ -1891,7 +1952,17 @@ def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: 
         raise GrammarError("schema 'false' at # matches nothing")
     fmt = _make_format(any_whitespace, indent, separators, max_whitespace_cnt)
     converter = _Converter(root, fmt, strict_mode, any_order)
-    body = converter.schema(root, "#", 0)
+    # The converter recurses along the schema (refs, properties, items): large real schemas
+    # nest a few hundred levels, each a handful of frames. Raised for this call only.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, CONVERTER_RECURSION_LIMIT))
+    try:
+        body = converter.schema(root, "#", 0)
+    except RecursionError:
+        raise GrammarError("the schema nests too deeply to convert (more than "
+                           f"{CONVERTER_RECURSION_LIMIT} converter frames)") from None
+    finally:
+        sys.setrecursionlimit(limit)
     if body is None:
         raise GrammarError("schema at # matches nothing")
     rules = {name: expr for name, expr in converter.rules.items() if expr is not None}
