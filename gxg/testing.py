@@ -66,6 +66,7 @@ from gxg.grammar.ir import (
 )
 
 __all__ = [
+    "sample_sentence",
     "Recognizer",
     "RecognizerState",
     "grammar_accepts",
@@ -537,3 +538,87 @@ def grammar_accepts(grammar: Grammar, data: Data) -> bool:
 def grammar_accepts_prefix(grammar: Grammar, data: Data) -> bool:
     """``data`` is a prefix of some sentence of ``grammar``'s root rule."""
     return Recognizer(grammar).accepts_prefix(data)
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def sample_sentence(grammar: Grammar, rng, *, max_depth: int = 12, max_extra_repeats: int = 3) -> bytes:
+    """A random sentence of ``grammar``'s root rule (a random derivation), for property tests
+    that check "everything the grammar produces is valid". Beyond ``max_depth`` nested rule
+    references each choice takes its alternative of smallest derivation depth, so sampling ends
+    whenever the language is non-empty; a repeat takes min..min+``max_extra_repeats`` copies
+    (fewer near the depth limit). Code points are drawn from the class's ranges, ASCII first.
+    Raises ValueError when the root rule derives no finite sentence."""
+    rules = {rule.name: rule.body for rule in grammar.rules}
+    depth_of = _derivation_depths(rules)
+    if depth_of.get(grammar.root_rule_name) is None:
+        raise ValueError("the root rule derives no finite sentence")
+
+    def cost(expr) -> Optional[int]:
+        return _expr_depth(expr, depth_of)
+
+    out = bytearray()
+
+    def emit(expr, depth: int) -> None:
+        if isinstance(expr, Literal):
+            out.extend(expr.data)
+        elif isinstance(expr, CharClass):
+            ranges = expr.effective_ranges()
+            ascii_ranges = [(lo, min(hi, 0x7F)) for lo, hi in ranges if lo <= 0x7F]
+            lo, hi = rng.choice(ascii_ranges if ascii_ranges and rng.random() < 0.8 else list(ranges))
+            out.extend(chr(rng.randint(lo, hi)).encode("utf-8"))
+        elif isinstance(expr, RuleRef):
+            emit(rules[expr.name], depth + 1)
+        elif isinstance(expr, Sequence):
+            for item in expr.items:
+                emit(item, depth)
+        elif isinstance(expr, Choice):
+            options = [(a, cost(a)) for a in expr.alternatives]
+            options = [(a, c) for a, c in options if c is not None]
+            if depth >= max_depth:
+                best = min(c for _, c in options)
+                options = [(a, c) for a, c in options if c == best]
+            emit(rng.choice(options)[0], depth)
+        else:
+            extra = 0 if depth >= max_depth or cost(expr.expr) is None else rng.randint(0, max_extra_repeats)
+            count = expr.min + extra if expr.max is None else min(expr.max, expr.min + extra)
+            for _ in range(count):
+                emit(expr.expr, depth)
+
+    emit(rules[grammar.root_rule_name], 0)
+    return bytes(out)
+
+
+def _derivation_depths(rules) -> dict:
+    """Per rule, the least nesting of rule references a finite sentence needs (fixpoint);
+    rules that derive no finite sentence are absent."""
+    depth_of: dict = {}
+    changed = True
+    while changed:
+        changed = False
+        for name, body in rules.items():
+            found = _expr_depth(body, depth_of)
+            if found is not None and (name not in depth_of or found < depth_of[name]):
+                depth_of[name] = found
+                changed = True
+    return depth_of
+
+
+def _expr_depth(expr, depth_of: dict) -> Optional[int]:
+    """Least nesting of rule references a finite string of ``expr`` needs, given the rules'
+    depths so far (None: none known yet)."""
+    if isinstance(expr, Literal):
+        return 0
+    if isinstance(expr, CharClass):
+        return 0 if expr.effective_ranges() else None
+    if isinstance(expr, RuleRef):
+        inner = depth_of.get(expr.name)
+        return None if inner is None else inner + 1
+    if isinstance(expr, Sequence):
+        costs = [_expr_depth(item, depth_of) for item in expr.items]
+        return None if None in costs else max(costs, default=0)
+    if isinstance(expr, Choice):
+        costs = [c for c in (_expr_depth(a, depth_of) for a in expr.alternatives) if c is not None]
+        return min(costs) if costs else None
+    return 0 if expr.min == 0 else _expr_depth(expr.expr, depth_of)

@@ -313,3 +313,27 @@ def test_many_required_members_may_follow_the_required_list_order():
     forwards = "{" + ",".join(f'"{n}":1' for n in names) + "}"
     check(schema, backwards, True, any_order=True)
     check(schema, forwards, True, any_order=True)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(schema=_SCHEMAS, seed=st.integers(0, 2 ** 32 - 1))
+def test_documents_generated_from_the_grammar_are_valid(schema, seed):
+    """Random derivations of the compiled grammar are JSON documents the jsonschema package
+    validates (with its format checker): the grammar produces nothing the schema forbids."""
+    import random
+    import warnings as _warnings
+    from gxg.grammar.ir import GrammarError
+    from gxg.grammar.json_schema import JsonSchemaRelaxationWarning
+    from gxg.testing import sample_sentence
+    try:
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("error", JsonSchemaRelaxationWarning)
+            grammar = json_schema_to_grammar(schema, strict_mode=False, any_order=True)
+    except (GrammarError, JsonSchemaRelaxationWarning) as exc:
+        assert isinstance(exc, JsonSchemaRelaxationWarning) or "unsupported" in str(exc) \
+            or "matches nothing" in str(exc) or "no finite" in str(exc), exc
+        return
+    rng = random.Random(seed)
+    for _ in range(5):
+        document = sample_sentence(grammar, rng).decode("utf-8")
+        assert valid(schema, document), (schema, document)

@@ -677,3 +677,25 @@ def test_ir_refuses_empty_class_so_tables_use_negated_full_range():
     # Documents why "class_of_nothing_in_choice" is written as a negated full range.
     with pytest.raises(GrammarError):
         CharClass(())
+
+
+@pytest.mark.parametrize("ebnf", [
+    'root ::= "a" root "b" | ""',
+    'root ::= (x ",")* x\nx ::= [a-z]{1,3} | "[" root "]"',
+    'root ::= [^"\\\\]* "é"? [\\u0100-\\u0200]+',
+])
+def test_sampled_sentences_are_accepted(ebnf):
+    import random
+    from gxg.testing import sample_sentence
+    grammar = Grammar.from_ebnf(ebnf)
+    rng = random.Random(7)
+    recognizer = Recognizer(grammar)
+    for _ in range(30):
+        assert recognizer.accepts(sample_sentence(grammar, rng, max_depth=6))
+
+
+def test_sampling_an_empty_language_is_an_error():
+    import random
+    from gxg.testing import sample_sentence
+    with pytest.raises(ValueError):
+        sample_sentence(Grammar.from_ebnf('root ::= "a" root'), random.Random(0))
