@@ -296,13 +296,13 @@ def test_ref_siblings_follow_the_declared_draft(draft, document, expected):
     check(schema, document, expected)
 
 
-def test_large_upper_bounds_are_relaxed_with_a_warning():
-    from gxg.grammar.json_schema import MAX_EXACT_BOUND, JsonSchemaRelaxationWarning
-    big = MAX_EXACT_BOUND + 1
-    with pytest.warns(JsonSchemaRelaxationWarning, match=f"maxLength {big} at #/properties/s"):
-        grammar = json_schema_to_grammar({"properties": {"s": {"type": "string", "maxLength": big}}})
-    assert Recognizer(grammar).accepts('{"s": "' + "x" * (big + 5) + '"}')  # documented relaxation
-    check({"type": "string", "maxLength": MAX_EXACT_BOUND}, '"' + "x" * (MAX_EXACT_BOUND + 1) + '"', False)
+def test_upper_bounds_above_the_exact_limit_are_refused_by_name():
+    from gxg.grammar.ir import GrammarError
+    from gxg.grammar.json_schema import MAX_EXACT_BOUND
+    with pytest.raises(GrammarError, match=f"'maxLength' at #/properties/s: {MAX_EXACT_BOUND + 1}"):
+        json_schema_to_grammar({"properties": {"s": {"type": "string", "maxLength": MAX_EXACT_BOUND + 1}}})
+    check({"type": "string", "maxLength": 70}, '"' + "x" * 71 + '"', False)
+    check({"type": "string", "maxLength": 70}, '"' + "x" * 70 + '"', True)
 
 
 def test_many_required_members_may_follow_the_required_list_order():
