@@ -104,6 +104,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MASKBENCH, RESULTS, machine, percentile, print_table  # noqa: E402
 
 from gxg import vocabularies  # noqa: E402
+from gxg.runtime import RuntimeLimits  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -150,6 +151,12 @@ def qwen_encoding():
 # --------------------------------------------------------------------------------------------
 
 
+# Runtime limits of the gxg engines: any_order objects with many members keep one stack per
+# member whose key is still possible, more than the default max_stacks=64 (a key trie in the
+# converter would make these deterministic; until then the benchmark raises the limits).
+BENCH_LIMITS = RuntimeLimits(max_stacks=512, pool_entries=1 << 16, max_closure=4096)
+
+
 class GxgEngine:
     name = "gxg"
 
@@ -172,7 +179,7 @@ class GxgEngine:
             warnings.simplefilter("always")
             compiled = self.compiler.compile_json_schema(schema, any_whitespace=True,
                                                          strict_mode=False, any_order=True)
-            self.matcher = self._matcher_cls(compiled)
+            self.matcher = self._matcher_cls(compiled, limits=BENCH_LIMITS)
         return [str(w.message) for w in caught]
 
     def start(self):
@@ -209,12 +216,13 @@ class GxgGpuEngine(GxgEngine):
         from gxg.batch import GrammarBatch
 
         self.device = torch.device(device)
-        # one grammar at a time, but room for the largest schemas (~250 MB of device memory;
+        # one grammar at a time, but room for the largest schemas (~1 GB of device memory;
         # the default capacity is sized for many small grammars)
-        capacity = ArenaCapacity(max_grammars=2, nodes=1 << 18, next_entries=1 << 23,
-                                 ref_edges=1 << 18, accept_rows=8192,
-                                 uncertain_tokens=1 << 22, pairs=1 << 18, pair_tokens=1 << 22)
-        self.batch = GrammarBatch(info, device=self.device, max_batch=1, capacity=capacity)
+        capacity = ArenaCapacity(max_grammars=2, nodes=1 << 19, next_entries=1 << 24,
+                                 ref_edges=1 << 19, accept_rows=16384,
+                                 uncertain_tokens=1 << 25, pairs=1 << 19, pair_tokens=1 << 25)
+        self.batch = GrammarBatch(info, device=self.device, max_batch=1, limits=BENCH_LIMITS,
+                                  capacity=capacity)
         self.dev_bitmask = torch.full((1, (info.vocab_size + 31) // 32), -1, dtype=torch.int32,
                                       device=self.device)
         self.token = torch.zeros(1, dtype=torch.int64, device=self.device)
@@ -228,6 +236,10 @@ class GxgGpuEngine(GxgEngine):
             warnings.simplefilter("always")
             compiled = self.compiler.compile_json_schema(schema, any_whitespace=True,
                                                          strict_mode=False, any_order=True)
+            if self.gid is not None:  # one grammar at a time: free the previous one
+                self.batch.unbind(0)
+                self.batch.arena.unregister(self.gid)
+                self.gid = None
             self.gid = self.batch.bind(0, compiled)
             self._sync()
         return [str(w.message) for w in caught]
