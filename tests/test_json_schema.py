@@ -690,7 +690,7 @@ MASKBENCH_FILES = 150
 def test_maskbench_sample_never_accepts_invalid_instances(selection):
     """The first 150 sorted MaskBench files (all BFCL, valid instances only) and a
     deterministic spread (every n-th file, so every source and invalid instances are
-    represented). Compliant mode: any_whitespace=True, strict_mode=False."""
+    represented). Compliant mode: any_whitespace=True, strict_mode=False, any_order=True."""
     if not os.path.isdir(MASKBENCH):
         pytest.skip("MaskBench data not present")
     names = sorted(os.listdir(MASKBENCH))
@@ -704,7 +704,7 @@ def test_maskbench_sample_never_accepts_invalid_instances(selection):
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                grammar = json_schema_to_grammar(entry["schema"], strict_mode=False)
+                grammar = json_schema_to_grammar(entry["schema"], strict_mode=False, any_order=True)
         except GrammarError as exc:
             # Every refusal names what it cannot do.
             assert "unsupported" in str(exc) or "does not resolve" in str(exc) \
@@ -726,9 +726,9 @@ def test_maskbench_sample_never_accepts_invalid_instances(selection):
     print(f"\nMaskBench {selection} sample: {len(sample)} files, {converted} converted; valid accepted "
           f"{valid_accepted}/{valid_total}; invalid rejected {invalid_rejected}/{invalid_total} "
           f"(accepted under a relaxation warning: {len(relaxed_accepted)})")
-    assert converted >= len(sample) // 2
-    assert accepted_invalid == []
-    assert valid_accepted >= 0.95 * valid_total
+    assert converted >= 0.9 * len(sample)
+    assert accepted_invalid == [] and relaxed_accepted == []
+    assert valid_accepted >= 0.99 * valid_total
 
 
 # ----------------------------------------------------------------------------- random schemas

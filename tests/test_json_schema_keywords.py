@@ -336,4 +336,24 @@ def test_documents_generated_from_the_grammar_are_valid(schema, seed):
     rng = random.Random(seed)
     for _ in range(5):
         document = sample_sentence(grammar, rng).decode("utf-8")
+        if not _floats_are_exact_enough(document):
+            continue  # the oracle reads 1E-801 as 0.0: the grammar is right, the floats are not
+        if "\\n" in document and "pattern" in json.dumps(schema):
+            continue  # Python's '$' (the oracle's) also matches before a final newline; ECMAScript's not
         assert valid(schema, document), (schema, document)
+
+
+def _floats_are_exact_enough(document: str) -> bool:
+    """No number of the document underflows to zero or overflows as a Python float."""
+    from decimal import Decimal
+    import math
+    bad = []
+
+    def parse(text: str) -> float:
+        value = float(text)
+        if math.isinf(value) or (value == 0 and Decimal(text) != 0):
+            bad.append(text)
+        return value
+
+    json.loads(document, parse_float=parse)
+    return not bad

@@ -44,8 +44,10 @@ appear twice. Every occurrence is checked against its schema, so the value ``jso
 one way a document with duplicate names can pass a check it should fail; say so to users who
 count on minProperties). Required members appear once.
 
-Relaxations (the grammar may accept documents the schema forbids) — announced with a
-``JsonSchemaRelaxationWarning``: ``oneOf`` is compiled as ``anyOf`` when its branches are neither provably
+Relaxations (the grammar may accept documents the schema forbids) — only with
+``strict_mode=True`` (XGrammar's default, which also treats oneOf as anyOf), announced with a
+``JsonSchemaRelaxationWarning``; with ``strict_mode=False`` the same schemas raise a
+``GrammarError`` naming ``oneOf`` instead: ``oneOf`` is compiled as ``anyOf`` when its branches are neither provably
 disjoint (disjoint JSON types, disjoint ``const``/``enum`` values, a required property whose
 ``const``/``enum`` values differ, or one distinct required name each) nor expressible exactly as
 ``b_i and not b_j`` for all j != i (which needs every branch's complement, see ``not``).
@@ -683,6 +685,9 @@ class _Converter:
                     if exclusive is not None:
                         return _alt(*[self.schema(s, f"{ptr}/oneOf/{i}", depth)
                                       for i, s in enumerate(exclusive)])
+                    if not self.strict:  # JSON-Schema-compliant mode: no relaxation
+                        raise GrammarError(f"unsupported keyword 'oneOf' at {ptr}: its branches may "
+                                           f"overlap and their complements are not expressible")
                     warnings.warn(f"oneOf at {ptr} compiled as anyOf: its branches are not provably "
                                   f"disjoint, and their complements are not expressible",
                                   JsonSchemaRelaxationWarning, stacklevel=3)
