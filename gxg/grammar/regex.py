@@ -33,6 +33,9 @@ What is supported, and what it means
   lone ``}`` and ``]`` (ECMAScript Annex B, what browsers and JSON Schema validators do; XGrammar
   rejects such a ``{``). Note ``a{,3}`` is therefore the literal text ``a{,3}`` (Python's ``re``
   reads it as ``a{0,3}``).
+* ``search=True`` (JSON Schema's ``pattern``): the strings that contain a match; a top-level
+  alternative starting with ``^`` / ending with ``$`` is anchored there, anchors inside groups are
+  refused. ``dot_all=False``: ``.`` excludes ``\\n \\r \\u2028 \\u2029`` (ECMAScript without ``s``).
 * Anchors: the match is always full, so ``^`` and ``$`` are accepted where they are no-ops: ``^``
   where nothing can have been matched yet (start of the pattern, or start of an alternative or
   group that itself starts the pattern, e.g. ``^a|^b``, ``(^a|b)c``), ``$`` where nothing can
