@@ -77,6 +77,8 @@ from gxg.grammar.ir import (
     RuleRef,
     Sequence,
     children,
+    complement_ranges,
+    subtract_range,
     iter_rule_refs,
 )
 
@@ -189,31 +191,10 @@ def _check_well_formed(transitions, accepting) -> None:
 # ----------------------------------------------------------------------------- range helpers
 
 
-def _without_surrogates(ranges: Iterable[Range]) -> List[Range]:
-    out: List[Range] = []
-    for lo, hi in ranges:
-        if hi < SURROGATE_LO or lo > SURROGATE_HI:
-            out.append((lo, hi))
-            continue
-        if lo < SURROGATE_LO:
-            out.append((lo, SURROGATE_LO - 1))
-        if hi > SURROGATE_HI:
-            out.append((SURROGATE_HI + 1, hi))
-    return out
-
-
 def _gaps(row: Seq[Transition]) -> List[Range]:
     """The scalar values that no transition of ``row`` (sorted, disjoint) covers."""
-    covered_ends = [(lo, hi) for lo, hi, _ in row]
-    out: List[Range] = []
-    next_lo = 0
-    for lo, hi in covered_ends:
-        if lo > next_lo:
-            out.append((next_lo, lo - 1))
-        next_lo = hi + 1
-    if next_lo <= MAX_CODE_POINT:
-        out.append((next_lo, MAX_CODE_POINT))
-    return _without_surrogates(out)
+    return list(subtract_range(complement_ranges((lo, hi) for lo, hi, _ in row),
+                               (SURROGATE_LO, SURROGATE_HI)))
 
 
 def _append_merged(row: List[Transition], lo: int, hi: int, target: int) -> None:

@@ -90,8 +90,8 @@ class CharClass:
 
     def effective_ranges(self) -> Tuple[Tuple[int, int], ...]:
         """The code points this class matches, as sorted disjoint ranges, surrogates removed."""
-        ranges = _complement(self.ranges) if self.negated else self.ranges
-        return _subtract(ranges, SURROGATES)
+        ranges = complement_ranges(self.ranges) if self.negated else self.ranges
+        return subtract_range(ranges, SURROGATES)
 
     def matches(self, code_point: int) -> bool:
         return any(lo <= code_point <= hi for lo, hi in self.effective_ranges())
@@ -361,19 +361,21 @@ def _merge_ranges(ranges) -> Tuple[Tuple[int, int], ...]:
     return tuple(merged)
 
 
-def _complement(ranges: Tuple[Tuple[int, int], ...]) -> Tuple[Tuple[int, int], ...]:
+def complement_ranges(ranges) -> Tuple[Tuple[int, int], ...]:
+    """Code points 0..MAX_CODE_POINT not in ``ranges`` (inclusive pairs, any order, may overlap)."""
     out = []
     next_lo = 0
-    for lo, hi in ranges:
+    for lo, hi in sorted(ranges):
         if lo > next_lo:
             out.append((next_lo, lo - 1))
-        next_lo = hi + 1
+        next_lo = max(next_lo, hi + 1)
     if next_lo <= MAX_CODE_POINT:
         out.append((next_lo, MAX_CODE_POINT))
     return tuple(out)
 
 
-def _subtract(ranges, hole: Tuple[int, int]) -> Tuple[Tuple[int, int], ...]:
+def subtract_range(ranges, hole: Tuple[int, int]) -> Tuple[Tuple[int, int], ...]:
+    """``ranges`` (sorted, disjoint) without the code points of ``hole``."""
     out = []
     for lo, hi in ranges:
         if hi < hole[0] or lo > hole[1]:

@@ -134,6 +134,7 @@ from gxg.grammar.ir import (
     Rule,
     RuleRef,
     Sequence,
+    complement_ranges,
 )
 from gxg.grammar.json_formats import format_pattern
 from gxg.grammar.json_numbers import json_number_language
@@ -280,7 +281,7 @@ def _subtract_all(ranges, holes) -> List[Tuple[int, int]]:
 
 
 def _complement(points: Seq[int]) -> List[Tuple[int, int]]:
-    return _subtract_all(_ALL, [(p, p) for p in sorted(points)])
+    return list(complement_ranges((p, p) for p in points))
 
 
 def _surrogate_pairs(lo: int, hi: int) -> List[Expr]:

@@ -73,6 +73,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from gxg.grammar.ir import (
+    complement_ranges,
     children,
     EMPTY,
     MAX_CODE_POINT,
@@ -154,16 +155,8 @@ SEARCH_ANCHOR_REASON = "only anchors at the ends of top-level alternatives are s
 
 
 def _complement(ranges: Ranges) -> Ranges:
-    """Code points not in ``ranges`` (sorted, disjoint)."""
-    out = []
-    next_lo = 0
-    for lo, hi in sorted(ranges):
-        if lo > next_lo:
-            out.append((next_lo, lo - 1))
-        next_lo = max(next_lo, hi + 1)
-    if next_lo <= MAX_CODE_POINT:
-        out.append((next_lo, MAX_CODE_POINT))
-    return tuple(out)
+    """Code points not in ``ranges``."""
+    return complement_ranges(ranges)
 
 
 def _class_escape_ranges(letter: str) -> Optional[Ranges]:
