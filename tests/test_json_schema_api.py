@@ -54,5 +54,5 @@ def test_pydantic_model():
 
 
 def test_unsupported_keyword_is_named():
-    with pytest.raises(gxg.GrammarError, match="'contains' at #/properties/tags"):
-        gxg.Grammar.from_json_schema({"properties": {"tags": {"contains": {"const": "x"}}}})
+    with pytest.raises(gxg.GrammarError, match="'minContains' at #/properties/tags"):
+        gxg.Grammar.from_json_schema({"properties": {"tags": {"contains": {"const": "x"}, "minContains": 2}}})

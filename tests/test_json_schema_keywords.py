@@ -133,6 +133,19 @@ COMBINATORS = (
                      {"properties": {"b": {"type": "string"}}, "additionalProperties": {"minLength": 2}}]},
           ('{"a":1}', True), ('{"b":"x"}', True), ('{"c":"x"}', False), ('{"c":"xy"}', True),
           ('{"a":"x"}', False), ('{"b":1}', False)) +
+    table({"type": "array", "contains": {"type": "integer"}},
+          ("[1]", True), ('["a",2,"b"]', True), ('["a"]', False), ("[]", False)) +
+    table({"type": "array", "items": {"type": "number"}, "contains": {"minimum": 5}},
+          ("[1,7]", True), ("[1,2]", False), ('[7,"x"]', False)) +
+    table({"type": "array", "contains": {"type": "string"}, "minItems": 2, "maxItems": 3},
+          ('["a",1]', True), ('[1,"a",2]', True), ('["a"]', False), ("[1,2]", False),
+          ('["a","b","c","d"]', False), ('["a","b"]', True)) +
+    table({"type": "array", "contains": {"type": "string"}, "minItems": 2},
+          ('[1,2,3,"a"]', True), ('["a"]', False), ('[1,"a",3]', True), ("[1,2,3]", False)) +
+    table({"not": {"type": "array", "items": {"type": "string"}}},  # complement of items
+          ('["a",1]', True), ('["a"]', False), ("[]", False), ("3", True)) +
+    table({"oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "array", "maxItems": 1}]},
+          ('["a","b"]', True), ('["a"]', False), ("[1]", True), ("[1,2]", False), ("[]", False)) +
     table({"type": "object", "properties": {"a": {}}, "unevaluatedProperties": False},
           ('{"a":1}', True), ('{"b":1}', False)) +
     table({"type": "object", "allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}],
@@ -359,15 +372,17 @@ def _has_duplicate_names(document: str) -> bool:
 
 
 def _floats_are_exact_enough(document: str) -> bool:
-    """No number of the document underflows to zero or overflows as a Python float."""
+    """No number of the document underflows to zero, overflows, or has more significant digits
+    than a Python float keeps."""
     from decimal import Decimal
     import math
     bad = []
 
     def parse(text: str) -> float:
         value = float(text)
-        if math.isinf(value) or (value == 0 and Decimal(text) != 0):
-            bad.append(text)
+        digits = text.lstrip("-").split("e")[0].split("E")[0].replace(".", "").lstrip("0")
+        if math.isinf(value) or (value == 0 and Decimal(text) != 0) or len(digits) > 15:
+            bad.append(text)  # beyond a double's 15 exact digits, jsonschema's float math errs
         return value
 
     json.loads(document, parse_float=parse)

@@ -69,7 +69,9 @@ anywhere, ``.`` excluding line terminators; via the regex front-end), ``format``
 ``minimum``, ``maximum``, ``exclusiveMinimum``, ``exclusiveMaximum`` (exact digit automata),
 ``multipleOf`` (see ``json_numbers``). Arrays: ``items`` (schema, or draft-04 list),
 ``prefixItems``, ``additionalItems``, ``minItems``, ``maxItems``, ``unevaluatedItems``,
-``uniqueItems: false``. Objects: ``properties``, ``required``, ``additionalProperties``,
+``uniqueItems: false``, ``contains`` (not with tuple items; with minItems > 1 or maxItems
+only up to ``MAX_CONTAINS_COUNT`` items and where its complement is expressible; also how the
+complement of ``items`` is written). Objects: ``properties``, ``required``, ``additionalProperties``,
 ``patternProperties`` (up to ``MAX_PATTERN_PROPERTIES`` patterns; keys are split into the regular
 languages "matches exactly these patterns"), ``propertyNames``, ``minProperties``,
 ``maxProperties``, ``unevaluatedProperties``, ``dependentRequired``, ``dependentSchemas``,
@@ -84,8 +86,8 @@ JSON Schema keyword. Refused (GrammarError naming them): ``maxLength``, ``maxIte
 states whose token masks are precomputed, about 10 ms each with a 150k vocabulary, so
 ``maxLength: 1024`` compiles in about 10 s; a counted repeat in the runtime would lift this),
 ``uniqueItems: true`` (a context-free
-grammar cannot compare items; ignoring it would accept repeated items), ``contains``,
-``minContains``, ``maxContains``, ``$dynamicRef``, ``$recursiveRef``, draft-03 keywords.
+grammar cannot compare items; ignoring it would accept repeated items), ``minContains``,
+``maxContains``, ``$dynamicRef``, ``$recursiveRef``, draft-03 keywords.
 
 How the combinators compile. ``allOf`` (and ``$ref``, ``anyOf``, ``oneOf`` with sibling
 assertions, which mean allOf of the siblings and the keyword, as in 2020-12; when the root's
@@ -105,7 +107,7 @@ p (a DFA complement), ``not {enum: [...]}`` every other value (numbers as open i
 expressible raise naming the keyword: two different ``additionalProperties``, one side's
 ``additionalProperties`` while the other declares further properties, two tuple ``items``,
 two ``multipleOf`` of which neither divides the other, the complement of ``multipleOf``,
-``items``, ``uniqueItems``, an array/object constant, or a possibly overlapping ``oneOf``.
+``uniqueItems``, ``additionalProperties``, an array/object constant, or a possibly overlapping ``oneOf``.
 """
 from __future__ import annotations
 
@@ -161,14 +163,14 @@ SUPPORTED = frozenset({
     "anyOf", "oneOf", "allOf", "$ref", "uniqueItems", "pattern", "format", "minimum", "maximum",
     "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "patternProperties", "propertyNames",
     "minProperties", "maxProperties", "not", "if", "then", "else", "dependentRequired",
-    "dependentSchemas", "dependencies", "unevaluatedItems", "unevaluatedProperties",
+    "dependentSchemas", "dependencies", "unevaluatedItems", "unevaluatedProperties", "contains",
 }) | {"x-gxg-regexes", "x-gxg-not-strings"}
 # Internal keywords (never in user schemas; produced by merging and negation):
 #   x-gxg-regexes      list of [regex, search, negated, keyword]: the decoded string must (not)
 #                      match each regex (search: anywhere, as 'pattern'; else in full, as 'format')
 #   x-gxg-not-strings  list of strings the value must differ from
 UNSUPPORTED = frozenset({
-    "contains", "minContains", "maxContains", "$dynamicRef", "$recursiveRef", "$recursiveAnchor",
+    "minContains", "maxContains", "$dynamicRef", "$recursiveRef", "$recursiveAnchor",
     "extends", "disallow", "divisibleBy",
 })
 # Rewritten by ``normal`` into anyOf/allOf of simpler schemas before a schema is compiled.
@@ -183,6 +185,7 @@ OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternPro
 # chain of (declared member index, members so far) states; more than this many is refused.
 MAX_COUNT_STATES = 4096
 MAX_PATTERN_PROPERTIES = 4
+MAX_CONTAINS_COUNT = 64  # contains with item bounds: one alternative per witness position
 CONVERTER_RECURSION_LIMIT = 20000
 # maxLength / maxItems / maxProperties above this are refused: every allowed count is its own
 # chain of automaton states, and the compiler walks the vocabulary from each of them.
@@ -963,6 +966,13 @@ class _Converter:
             return []
         if keyword == "items" and value is False:
             return [{"type": "array", "minItems": 1}]
+        if keyword == "items" and isinstance(value, dict):
+            # some item violates the schema: contains (not items)
+            negated = self.negate(value, f"{ptr}/items", budget)
+            return [] if negated is False else [{"type": "array", "contains": negated}]
+        if keyword == "contains":
+            negated = self.negate(value, f"{ptr}/contains", budget)
+            return [{"type": "array", "items": negated}]  # every item violates it (or none exist)
         if keyword == "uniqueItems" and value is False:
             return []
         raise refuse()
@@ -1043,6 +1053,9 @@ class _Converter:
                 out[key] = sorted(set(x) | set(y))
             elif key == "uniqueItems":
                 out[key] = bool(x or y)
+            elif key == "contains" and _canonical(x) != _canonical(y):
+                raise GrammarError(f"unsupported keyword 'contains' at {ptr}: two different "
+                                   f"'contains' (two witnesses) in one array")
             elif key == "propertyNames":
                 out[key] = self.merge2(x, y, f"{ptr}/propertyNames", budget)
             elif _canonical(x) != _canonical(y):
@@ -1443,6 +1456,8 @@ class _Converter:
                     return False
             if rest.get("uniqueItems") is True and len({_canonical(v) for v in value}) != len(value):
                 return False
+            if "contains" in rest and not any(self.satisfies(v, rest["contains"], ptr) for v in value):
+                return False
         if kind == "object":
             if not self.within(len(value), rest, "minProperties", "maxProperties", ptr):
                 return False
@@ -1462,6 +1477,8 @@ class _Converter:
         return True
 
     def array(self, schema: dict, ptr: str, depth: int) -> Maybe:
+        if "contains" in schema:
+            return self.array_containing(schema, ptr, depth)
         fmt = self.fmt
         items = schema.get("items", None)
         if "prefixItems" in schema:
@@ -1505,6 +1522,44 @@ class _Converter:
                 alternatives.append(_seq(open_, rest, _rep(_seq(sep, rest), first - 1,
                                                            None if hi is None else hi - 1), close))
         return _alt(*alternatives)
+
+    def array_containing(self, schema: dict, ptr: str, depth: int) -> Maybe:
+        """``contains: C`` with ``items: S``. Without count bounds: ``[ (S ,)* S∧C (, S)* ]``
+        (some item is a witness; which one the parse picks does not change the language). With
+        minItems > 1 or maxItems: the first witness, ``[ (S∧¬C ,){a} S∧C (, S){b} ]`` with
+        ``a + 1 + b`` in bounds (needs C's complement; at most MAX_CONTAINS_COUNT items). Not
+        with tuple items."""
+        fmt = self.fmt
+        items = schema.get("items", True)
+        lo = self.count(schema, "minItems", ptr, 0)
+        hi = self.upper_bound(schema, "maxItems", ptr)
+        if "prefixItems" in schema or isinstance(items, list):
+            raise GrammarError(f"unsupported keyword 'contains' at {ptr} with tuple items")
+        item = self.share(self.schema(items, f"{ptr}/items", depth + 1), "item")
+        witness = self.schema(self.merge(items, schema["contains"], f"{ptr}/contains"),
+                              f"{ptr}/contains", depth + 1)
+        if witness is None:
+            return None
+        sep = fmt.item(depth)
+        if lo <= 1 and hi is None:
+            before = _rep(_seq(item, sep), 0, None)
+            after = _rep(_seq(sep, item), 0, None)
+            return _seq(fmt.open("[", depth), before, witness, after, fmt.close("]", depth))
+        if hi is not None and hi > MAX_CONTAINS_COUNT or hi is None and lo > MAX_CONTAINS_COUNT:
+            raise GrammarError(f"unsupported keyword 'contains' at {ptr} with more than "
+                               f"{MAX_CONTAINS_COUNT} counted items")
+        other = self.merge(items, self.negate(schema["contains"], f"{ptr}/contains", [2000]),
+                           f"{ptr}/contains")
+        plain = self.share(self.schema(other, f"{ptr}/contains", depth + 1), "item")
+        alternatives: List[Maybe] = []
+        top = hi if hi is not None else max(lo, 1)
+        for a in range(top):  # a non-witnesses first, then the witness, then b more items
+            rest_lo = max(0, lo - 1 - a)
+            rest_hi = None if hi is None else hi - 1 - a
+            most = None if hi is None and a == top - 1 else a  # unbounded: the last takes a or more
+            before = _rep(_seq(plain, sep), a, most) if plain is not None else (EMPTY if a == 0 else None)
+            alternatives.append(_seq(before, witness, _rep(_seq(sep, item), rest_lo, rest_hi)))
+        return _seq(fmt.open("[", depth), _alt(*alternatives), fmt.close("]", depth))
 
     def object(self, schema: dict, ptr: str, depth: int) -> Maybe:
         fmt = self.fmt
