@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Optional, Sequence as Seq, Set, Tuple
 
+from gxg.graphs import strongly_connected_components
 from gxg.grammar.ir import (
     MAX_CODE_POINT,
     CharClass,
@@ -155,57 +156,6 @@ def left_corners(expr: Expr, nullable: Set[str]) -> Set[str]:
         # Later iterations start where earlier (possibly empty) ones ended: same corners.
         return left_corners(expr.expr, nullable)
     raise TypeError(f"not a grammar expression: {expr!r}")
-
-
-def strongly_connected_components(nodes: Iterable[str],
-                                  successors: Dict[str, Seq[str]]) -> List[List[str]]:
-    """Tarjan's algorithm, iterative. Components come out sinks first (a component is listed
-    after every component it can reach); names inside a component keep the order of ``nodes``.
-    """
-    nodes = list(nodes)
-    position = {name: i for i, name in enumerate(nodes)}
-    index: Dict[str, int] = {}
-    low: Dict[str, int] = {}
-    stack: List[str] = []
-    on_stack: Set[str] = set()
-    components: List[List[str]] = []
-    for start in nodes:
-        if start in index:
-            continue
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        work = [(start, iter(successors.get(start, ())))]
-        while work:
-            node, pending = work[-1]
-            descended = False
-            for succ in pending:
-                if succ not in index:
-                    index[succ] = low[succ] = len(index)
-                    stack.append(succ)
-                    on_stack.add(succ)
-                    work.append((succ, iter(successors.get(succ, ()))))
-                    descended = True
-                    break
-                if succ in on_stack:
-                    low[node] = min(low[node], index[succ])
-            if descended:
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                component.sort(key=position.__getitem__)
-                components.append(component)
-    return components
 
 
 def _is_cycle(component: List[str], successors: Dict[str, Seq[str]]) -> bool:

@@ -64,6 +64,7 @@ from typing import (
     Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence as Seq, Set, Tuple,
 )
 
+from gxg.graphs import strongly_connected_components
 from gxg.grammar.ir import (
     EMPTY,
     MAX_CODE_POINT,
@@ -351,7 +352,7 @@ def _rule_references(root: Expr, rules: Mapping[str, Expr]) -> Dict[str, List[st
 def _recursive_rules(references: Dict[str, List[str]]) -> Dict[str, FrozenSet[str]]:
     """For each recursive rule: the rules of its strongly connected component."""
     out: Dict[str, FrozenSet[str]] = {}
-    for component in _strongly_connected_components(list(references), references):
+    for component in strongly_connected_components(list(references), references):
         if len(component) > 1 or component[0] in references[component[0]]:
             members = frozenset(component)
             out.update((name, members) for name in component)
@@ -675,31 +676,34 @@ def equivalent(a: Dfa, b: Dfa) -> bool:
 # ----------------------------------------------------------------------------- minimisation
 
 
-def _reachable(a: Dfa) -> Set[int]:
-    seen = {0}
-    stack = [0]
+def _forward(starts: Iterable[int], step) -> Set[int]:
+    """The states reachable from ``starts``; ``step(q)`` gives q's targets."""
+    seen = set(starts)
+    stack = list(seen)
     while stack:
-        for _, _, target in a.transitions[stack.pop()]:
+        for target in step(stack.pop()):
             if target not in seen:
                 seen.add(target)
                 stack.append(target)
     return seen
 
 
-def _coreachable(a: Dfa, among: Set[int]) -> Set[int]:
-    """The states of ``among`` from which an accepting state can be reached."""
+def _backward(goals: Iterable[int], among: Set[int], step) -> Set[int]:
+    """The states of ``among`` from which a state of ``goals`` can be reached."""
     predecessors: Dict[int, List[int]] = {q: [] for q in among}
     for q in among:
-        for _, _, target in a.transitions[q]:
+        for target in step(q):
             predecessors[target].append(q)
-    seen = set(a.accepting & among)
-    stack = list(seen)
-    while stack:
-        for source in predecessors[stack.pop()]:
-            if source not in seen:
-                seen.add(source)
-                stack.append(source)
-    return seen
+    return _forward((q for q in goals if q in among), predecessors.__getitem__)
+
+
+def _reachable(a: Dfa) -> Set[int]:
+    return _forward([0], lambda q: [target for _, _, target in a.transitions[q]])
+
+
+def _coreachable(a: Dfa, among: Set[int]) -> Set[int]:
+    """The states of ``among`` from which an accepting state can be reached."""
+    return _backward(a.accepting, among, lambda q: [target for _, _, target in a.transitions[q]])
 
 
 def _letters(rows: Seq[Seq[Transition]], dead: int) -> List[Dict[int, List[int]]]:
@@ -890,67 +894,10 @@ def _grouped_moves(a: Dfa) -> List[List[Tuple[int, Ranges]]]:
 
 
 def _live_states(n: int, moves: List[List[Tuple[int, _Piece]]], accepting) -> Set[int]:
-    seen = {0}
-    stack = [0]
-    while stack:
-        for target, _ in moves[stack.pop()]:
-            if target not in seen:
-                seen.add(target)
-                stack.append(target)
-    predecessors: Dict[int, List[int]] = {q: [] for q in seen}
-    for q in seen:
-        for target, _ in moves[q]:
-            predecessors[target].append(q)
-    live = {q for q in seen if q in accepting}
-    stack = list(live)
-    while stack:
-        for source in predecessors[stack.pop()]:
-            if source not in live:
-                live.add(source)
-                stack.append(source)
-    return live
-
-
-def _strongly_connected_components(nodes: Seq, successors: Mapping) -> List[List]:
-    """Tarjan's algorithm without recursion; components in reverse topological order."""
-    index: Dict = {}
-    low: Dict = {}
-    on_stack: Set = set()
-    component_stack: List = []
-    components: List[List] = []
-    for root in nodes:
-        if root in index:
-            continue
-        index[root] = low[root] = len(index)
-        component_stack.append(root)
-        on_stack.add(root)
-        stack = [(root, iter(successors[root]))]
-        while stack:
-            node, pending = stack[-1]
-            nxt = next(pending, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    component_stack.append(nxt)
-                    on_stack.add(nxt)
-                    stack.append((nxt, iter(successors[nxt])))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            stack.pop()
-            if stack:
-                parent = stack[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = component_stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                components.append(component)
-    return components
+    """States reachable from the start that can still reach an accepting state."""
+    def step(q: int) -> List[int]:
+        return [target for target, _ in moves[q]]
+    return _backward(accepting, _forward([0], step), step)
 
 
 def _successors_first(states: Seq[int], successors: Dict[int, List[int]]) -> List[int]:
@@ -1022,7 +969,7 @@ def dfa_to_expr(a: Dfa, char: Callable[[Ranges], Optional[Expr]],
     # Every cycle passes through a state entered from two places (from the cycle and from the
     # way in), so giving those rules leaves the inlined states acyclic. Self-loops do not count:
     # they are written as repeats.
-    cyclic = {q for component in _strongly_connected_components(states, successors)
+    cyclic = {q for component in strongly_connected_components(states, successors)
               if len(component) > 1 for q in component}
     for q in states:
         if q in cyclic and in_degree[q] >= 2:
