@@ -1,7 +1,8 @@
 """Graph algorithms shared by the front-ends and the compiler (plain functions, no state).
 
 In:  a list of nodes (any hashable) and their successors (a mapping node -> nodes).
-Out: ``strongly_connected_components``: the components, sinks first.
+Out: ``strongly_connected_components``: the components, sinks first;
+     ``reaching``: the nodes from which some goal can be reached.
 """
 from __future__ import annotations
 
@@ -59,3 +60,23 @@ def strongly_connected_components(nodes: Iterable[Node],
                 component.sort(key=position.__getitem__)
                 components.append(component)
     return components
+
+
+def reaching(goals: Iterable[Node], nodes: Iterable[Node],
+             successors: Mapping[Node, Seq[Node]]) -> Set[Node]:
+    """The nodes (of ``nodes``) from which a node of ``goals`` can be reached, goals included;
+    one backward search over the edges among ``nodes``."""
+    nodes = set(nodes)
+    predecessors: Dict[Node, List[Node]] = {node: [] for node in nodes}
+    for node in nodes:
+        for succ in successors.get(node, ()):
+            if succ in predecessors:
+                predecessors[succ].append(node)
+    seen = {goal for goal in goals if goal in nodes}
+    stack = list(seen)
+    while stack:
+        for source in predecessors[stack.pop()]:
+            if source not in seen:
+                seen.add(source)
+                stack.append(source)
+    return seen

@@ -64,7 +64,7 @@ from typing import (
     Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence as Seq, Set, Tuple,
 )
 
-from gxg.graphs import strongly_connected_components
+from gxg.graphs import reaching, strongly_connected_components
 from gxg.grammar.ir import (
     EMPTY,
     MAX_CODE_POINT,
@@ -690,11 +690,7 @@ def _forward(starts: Iterable[int], step) -> Set[int]:
 
 def _backward(goals: Iterable[int], among: Set[int], step) -> Set[int]:
     """The states of ``among`` from which a state of ``goals`` can be reached."""
-    predecessors: Dict[int, List[int]] = {q: [] for q in among}
-    for q in among:
-        for target in step(q):
-            predecessors[target].append(q)
-    return _forward((q for q in goals if q in among), predecessors.__getitem__)
+    return reaching(goals, among, {q: step(q) for q in among})
 
 
 def _reachable(a: Dfa) -> Set[int]:

@@ -123,6 +123,7 @@ from typing import Any, Dict, List, Optional, Sequence as Seq, Tuple
 from urllib.parse import unquote
 
 from gxg.grammar import code_point_dfa as dfa_ops
+from gxg.graphs import reaching
 from gxg.grammar.code_point_dfa import dfa_to_expr
 from gxg.grammar.ir import (
     EMPTY,
@@ -137,6 +138,7 @@ from gxg.grammar.ir import (
     RuleRef,
     Sequence,
     complement_ranges,
+    subtract_range,
 )
 from gxg.grammar.json_formats import format_pattern
 from gxg.grammar.json_numbers import json_number_language
@@ -268,19 +270,10 @@ def _intersect(ranges, lo: int, hi: int) -> List[Tuple[int, int]]:
 
 
 def _subtract_all(ranges, holes) -> List[Tuple[int, int]]:
-    out = list(ranges)
-    for hole_lo, hole_hi in holes:
-        nxt = []
-        for a, b in out:
-            if b < hole_lo or a > hole_hi:
-                nxt.append((a, b))
-                continue
-            if a < hole_lo:
-                nxt.append((a, hole_lo - 1))
-            if b > hole_hi:
-                nxt.append((hole_hi + 1, b))
-        out = nxt
-    return out
+    out = tuple(ranges)
+    for hole in holes:
+        out = subtract_range(out, hole)
+    return list(out)
 
 
 def _complement(points: Seq[int]) -> List[Tuple[int, int]]:
@@ -1746,14 +1739,8 @@ class _Converter:
                 continue
             edges[state] = list(moves(*state))
             todo.extend(target for _, target in edges[state])
-        live = {state for state in edges if done(state[0]) and state[1] >= lo}
-        changed = True
-        while changed:
-            changed = False
-            for state, out in edges.items():
-                if state not in live and any(target in live for _, target in out):
-                    live.add(state)
-                    changed = True
+        live = reaching([state for state in edges if done(state[0]) and state[1] >= lo], edges,
+                        {state: [target for _, target in out] for state, out in edges.items()})
         names = {state: self.new_rule("members") for state in sorted(live)}
         for state in sorted(live):
             alternatives: List[Maybe] = [EMPTY] if done(state[0]) and state[1] >= lo else []
