@@ -194,6 +194,9 @@ CONVERTER_RECURSION_LIMIT = 20000
 MAX_EXACT_BOUND = 2048
 # any_order: the required members seen so far are tracked as a set up to this many.
 MAX_ANY_ORDER_REQUIRED = 8
+# Any-order objects spell their keys in every state's rule while that stays within this many
+# key characters in all (see Converter.object_any_order).
+MAX_INLINE_KEY_CHARS = 16384
 JSON_TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 
 
@@ -335,6 +338,16 @@ def _string_constant(text: str) -> Maybe:
 
 
 # ----------------------------------------------------------------------------- formatting
+
+
+@dataclass(frozen=True)
+class _Member:
+    """A declared property of an object: its name, every spelling of its key, the rest of the
+    member (``: value``), and whether the object requires it."""
+    name: str
+    key: Expr
+    rest: Expr
+    required: bool
 
 
 @dataclass(frozen=True)
@@ -1272,7 +1285,7 @@ class _Converter:
         if not regexes and not excluded:
             if lo == 0 and hi is None:
                 return self.string_rule()
-            return Sequence((_lit('"'), Repeat(self.char_rule(), lo, hi), _lit('"')))
+            return Sequence((_lit('"'), Repeat(_unit(_ALL), lo, hi), _lit('"')))
         if not excluded and lo == 0 and hi is None and len(regexes) == 1 and not regexes[0][2]:
             regex, search, _, keyword = regexes[0]
             return _seq(_lit('"'), self.regex_body(regex, search, keyword, ptr), _lit('"'))
@@ -1578,23 +1591,23 @@ class _Converter:
         # declare it (after the others) with the schemas that judge it.
         declared = list(properties) + [name for name in dict.fromkeys(required) if name not in properties]
         key_sep = fmt.key()
-        members: List[Tuple[Expr, bool]] = []  # (member, required)
-        kept: List[str] = []  # their names
+        members: List[_Member] = []
         for name in declared:
             value = self.property_value(name, properties, patterns, extra_schema, names_schema, ptr, depth)
-            member = None if value is None else _seq(_string_constant(name), key_sep, value)
-            if member is None:  # the property must be absent (or its name cannot be spelled)
+            key = _string_constant(name)
+            rest = None if value is None or key is None else _seq(key_sep, value)
+            if rest is None:  # the property must be absent (or its name cannot be spelled)
                 if name in required:
                     return None
                 continue
-            members.append((member, name in required))
-            kept.append(name)
+            members.append(_Member(name, key, rest, name in required))
         extra = self.extra_member(declared, patterns, extra_schema, names_schema, ptr, depth)
         if self.any_order:
-            position = {name: i for i, name in enumerate(kept)}
+            position = {member.name: i for i, member in enumerate(members)}
             required_order = [position[name] for name in dict.fromkeys(required) if name in position]
             return self.object_any_order(members, extra, lo, hi, depth, required_order)
-        return self.object_body(members, extra, lo, hi, depth)
+        return self.object_body([(Sequence((m.key, m.rest)), m.required) for m in members],
+                                extra, lo, hi, depth)
 
     def property_value(self, name: str, properties: dict, patterns: dict, extra_schema: Any,
                        names_schema: Any, ptr: str, depth: int) -> Maybe:
@@ -1675,7 +1688,7 @@ class _Converter:
             dfa = dfa_ops.intersect(dfa, dfa_ops.literal_strings([v for v in values if isinstance(v, str)]))
         return dfa
 
-    def object_any_order(self, members: List[Tuple[Expr, bool]], extra: Maybe, lo: int,
+    def object_any_order(self, members: List["_Member"], extra: Maybe, lo: int,
                          hi: Optional[int], depth: int, required_order: Seq[int] = ()) -> Maybe:
         """Members in any order: an automaton over members whose state is (required members
         seen, members written — saturating at lo without an upper bound). The required set is
@@ -1685,11 +1698,17 @@ class _Converter:
         (``required_order``: member indices), which documents often follow; the state is then
         (which order, how many seen). Optional members and extra members are not tracked, so
         one may appear twice: every occurrence is checked, and json.loads keeps the last (see
-        the module docstring on duplicate names)."""
+        the module docstring on duplicate names).
+
+        Keys are spelled inside each state's rule (the values stay shared rules) when that costs
+        at most MAX_INLINE_KEY_CHARS in all: each state's rule then reads a key as a trie, so a
+        key's bytes keep one stack instead of one per member that might start with them (the
+        runtime's parallel stacks, and the GPU's uncertain-token walks, stay small). Beyond the
+        budget every member is one shared rule, chosen at its first byte."""
         fmt = self.fmt
         sep = fmt.item(depth)
-        pieces = [(self.share(member, "member"), needed) for member, needed in members]
-        required = [i for i, (_, needed) in enumerate(pieces) if needed]
+        EXTRA = -1  # the move that writes an extra member; members move by their index
+        required = [i for i, m in enumerate(members) if m.required]
         as_set = len(required) <= MAX_ANY_ORDER_REQUIRED
         bit = {index: k for k, index in enumerate(required)}
         orders = [required]
@@ -1711,25 +1730,25 @@ class _Converter:
             c_next = after(c)
             if c_next is None:
                 return
-            for i, (member, needed) in enumerate(pieces):
-                if not needed:
-                    yield member, (seen, c_next)
+            for i, m in enumerate(members):
+                if not m.required:
+                    yield i, (seen, c_next)
                 elif as_set and not seen >> bit[i] & 1:
-                    yield member, (seen | 1 << bit[i], c_next)
+                    yield i, (seen | 1 << bit[i], c_next)
             if not as_set:
                 for k, order in enumerate(orders):
                     count = seen % (len(required) + 1)
                     if seen // (len(required) + 1) == k and count < len(order):
-                        yield pieces[order[count]][0], (seen + 1, c_next)
+                        yield order[count], (seen + 1, c_next)
             if extra is not None:
-                yield extra, (seen, c_next)
+                yield EXTRA, (seen, c_next)
 
         if (full + 1) * len(orders) * (cap + 1) > MAX_COUNT_STATES:
             raise GrammarError(f"unsupported keyword 'minProperties'/'maxProperties': "
                                f"{len(required)} required members and a bound of {cap} need more "
                                f"than {MAX_COUNT_STATES} states in any-order mode")
         # The states after the first member, and which of them can still end the object.
-        edges: Dict[Tuple[int, int], List[Tuple[Expr, Tuple[int, int]]]] = {}
+        edges: Dict[Tuple[int, int], List[Tuple[int, Tuple[int, int]]]] = {}
         first_moves = [move for k in range(len(orders))
                        for move in moves(0 if as_set else k * (len(required) + 1), 0)]
         todo = [target for _, target in first_moves]
@@ -1741,14 +1760,23 @@ class _Converter:
             todo.extend(target for _, target in edges[state])
         live = reaching([state for state in edges if done(state[0]) and state[1] >= lo], edges,
                         {state: [target for _, target in out] for state, out in edges.items()})
+        key_chars = sum(len(m.name) + 2 for m in members)
+        if (len(live) + 1) * key_chars <= MAX_INLINE_KEY_CHARS:
+            spelled = [Sequence((m.key, self.share(m.rest, "member_value"))) for m in members]
+        else:
+            spelled = [self.share(Sequence((m.key, m.rest)), "member") for m in members]
+
+        def piece(i: int) -> Expr:
+            return extra if i == EXTRA else spelled[i]
+
         names = {state: self.new_rule("members") for state in sorted(live)}
         for state in sorted(live):
             alternatives: List[Maybe] = [EMPTY] if done(state[0]) and state[1] >= lo else []
-            alternatives += [Sequence((sep, member, RuleRef(names[target])))
-                             for member, target in edges[state] if target in live]
+            alternatives += [Sequence((sep, piece(i), RuleRef(names[target])))
+                             for i, target in edges[state] if target in live]
             self.rules[names[state]] = _alt(*alternatives)
-        nonempty = _alt(*[Sequence((member, RuleRef(names[target])))
-                          for member, target in first_moves if target in live])
+        nonempty = _alt(*[Sequence((piece(i), RuleRef(names[target])))
+                          for i, target in first_moves if target in live])
         empty_ok = lo == 0 and not required
         return _alt(fmt.empty("{}") if empty_ok else None,
                     _seq(fmt.open("{", depth), nonempty, fmt.close("}", depth)))
