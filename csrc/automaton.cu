@@ -17,11 +17,19 @@
 //   xg_reset       same grid; the closure of the root start.
 //   xg_rollback    grid ceil(B/64) x 64, one thread per slot; restores a history record
 //                  (K+5 ints per step rolled back; no divergence to speak of).
-//   xg_uncertain   grid B x 256 threads: one block per slot; for each live top, one thread per
+//   xg_uncertain   grid B x 64 threads: one block per slot; for each live top, one thread per
 //                  uncertain token of the top's node; each thread walks its token's bytes from
 //                  the full stack (pops read the pool, pushes stay in the thread's local
-//                  memory) and ORs the token's bit into the bitmask row (atomicOr). Reads per
-//                  token: its bytes, the tables, the stack entries it pops.
+//                  memory: UNC_STACKS stacks of UNC_DEPTH pushed nodes) and ORs the token's bit
+//                  into the bitmask row (atomicOr). Reads per token: its bytes, the tables, the
+//                  stack entries it pops. A walk that outgrows the local arrays is queued.
+//   xg_uncertain_wide  grid WIDE_WORKERS/64 x 64: the queued walks again, with WIDE_STACKS
+//                  stacks of WIDE_DEPTH nodes per worker in global memory (P_WIDE_SPACE). An
+//                  empty queue costs one launch that reads one int. The answer is the same as
+//                  the local walk's would be: both follow ops/reference.py's walk; only the
+//                  room differs, and running out of the wide room sets the slot's error.
+//   xg_error_rows  grid B x 128: rows of slots with an error code get the stop tokens only
+//                  (a walk that ran out of room in this fill left its row partial).
 // Invariants
 //   * node ids in the state are local to the slot's grammar; table row = node_base + node;
 //   * a parent entry's index is smaller than its child's (compaction keeps order);
@@ -82,6 +90,8 @@
 #define P_TOPS_B 51      // int32 [B, K]
 #define P_MARK 52        // int32 [B, P]             compaction marks / new indices
 #define P_LIMITS 53      // int32 [8]: P, K, H, MAX_CLOSURE, WORK_CAP, V
+#define P_WIDE_QUEUE 54  // int32 [1 + 3 * WIDE_QUEUE]: walks queued for xg_uncertain_wide
+#define P_WIDE_SPACE 55  // the wide walk's stacks, WIDE_WORKERS x (WIDE_STACKS + WIDE_WORK)
 
 #define FLAG_FINAL 1
 #define FLAG_SCANNABLE 2
@@ -480,32 +490,54 @@ extern "C" __global__ void xg_rollback(const u64* t, int B, const long long* num
 #define UNC_WORK (UNC_STACKS * 4)
 #define UNC_THREADS 64    // threads per slot: the slot's tops' uncertain tokens, one a thread
 
+// The wide walk: a token whose walk outgrows the local arrays above is queued (slot, top,
+// token) and walked again by xg_uncertain_wide, whose workers keep their stacks in global
+// memory (P_WIDE_SPACE) with these capacities. Only past these (or past WIDE_QUEUE queued
+// walks in one fill) does the slot get ERR_UNCERTAIN_WALK_TOO_LARGE.
+#ifndef WIDE_STACKS
+#define WIDE_STACKS 128
+#endif
+#ifndef WIDE_DEPTH
+#define WIDE_DEPTH 32
+#endif
+#define WIDE_WORK (WIDE_STACKS * 4)
+#ifndef WIDE_WORKERS
+#define WIDE_WORKERS 256  // threads of xg_uncertain_wide (its grid: WIDE_WORKERS / 64 blocks)
+#endif
+#ifndef WIDE_QUEUE
+#define WIDE_QUEUE 65536  // queued walks per fill; P_WIDE_QUEUE = [count, (slot, top, token) x]
+#endif
+
 // A lane's stack: local nodes [0, depth) above pool entry ``below`` (-1: the bottom);
 // depth 0 with below == -2 marks END (the root completed).
+template <int DEPTH>
 struct LaneStack {
   int depth;
   int below;
-  int nodes[UNC_DEPTH];
+  int nodes[DEPTH];
 };
 
-__device__ bool same_stack(const LaneStack& a, const LaneStack& b) {
+template <int DEPTH>
+__device__ bool same_stack(const LaneStack<DEPTH>& a, const LaneStack<DEPTH>& b) {
   if (a.depth != b.depth || a.below != b.below) return false;
   for (int i = 0; i < a.depth; ++i)
     if (a.nodes[i] != b.nodes[i]) return false;
   return true;
 }
 
-// Close ``count`` stacks in ``work`` into ``out`` (scannable tops and END only, deduplicated).
-// Returns the number kept, or -1 if the lane ran out of room.
-__device__ int lane_close(const Slot& s, LaneStack* work, int count, LaneStack* out) {
+// Close ``count`` stacks in ``work`` (room for work_cap) into ``out`` (room for out_cap):
+// scannable tops and END only, deduplicated. Returns the number kept, or -1 if out of room.
+template <int DEPTH>
+__device__ int lane_close(const Slot& s, LaneStack<DEPTH>* work, int count, int work_cap,
+                          LaneStack<DEPTH>* out, int out_cap) {
   int kept = 0;
   int visited = 0;  // work[0, visited) are processed; the list grows at the end
   while (visited < count) {
-    LaneStack st = work[visited++];
+    LaneStack<DEPTH> st = work[visited++];
     if (st.depth == 0) {  // END
       bool dup = false;
       for (int i = 0; i < kept; ++i) dup = dup || same_stack(out[i], st);
-      if (!dup) { if (kept >= UNC_STACKS) return -1; out[kept++] = st; }
+      if (!dup) { if (kept >= out_cap) return -1; out[kept++] = st; }
       continue;
     }
     int node = st.nodes[st.depth - 1];
@@ -514,25 +546,27 @@ __device__ int lane_close(const Slot& s, LaneStack* work, int count, LaneStack* 
     for (int i = 0; i < visited - 1 && !seen; ++i) seen = same_stack(work[i], st);
     if (seen) continue;
     if (flags & FLAG_SCANNABLE) {
-      if (kept >= UNC_STACKS) return -1;
+      if (kept >= out_cap) return -1;
       out[kept++] = st;
     }
     for (int e = s.ref_lo[s.base + node]; e < s.ref_hi[s.base + node]; ++e) {
-      if (count >= UNC_WORK) return -1;
-      LaneStack pushed = st;
+      if (count >= work_cap) return -1;
+      LaneStack<DEPTH>& pushed = work[count];
+      pushed = st;
       int ret = s.ref_return[e];
       if (flags_of(s, ret) & FLAG_PURE_RETURN) {
         pushed.nodes[pushed.depth - 1] = s.ref_start[e];
       } else {
-        if (pushed.depth >= UNC_DEPTH) return -1;
+        if (pushed.depth >= DEPTH) return -1;
         pushed.nodes[pushed.depth - 1] = ret;
         pushed.nodes[pushed.depth++] = s.ref_start[e];
       }
-      work[count++] = pushed;
+      ++count;
     }
     if (flags & FLAG_FINAL) {
-      if (count >= UNC_WORK) return -1;
-      LaneStack popped = st;
+      if (count >= work_cap) return -1;
+      LaneStack<DEPTH>& popped = work[count++];
+      popped = st;
       if (popped.depth > 1) {
         --popped.depth;
       } else if (popped.below >= 0) {  // pop into the pool: read the caller's entry
@@ -542,10 +576,43 @@ __device__ int lane_close(const Slot& s, LaneStack* work, int count, LaneStack* 
         popped.depth = 0;
         popped.below = -2;  // END
       }
-      work[count++] = popped;
     }
   }
   return kept;
+}
+
+// Walk the bytes of token ``sorted`` (sorted-vocabulary index) from the stack whose top is pool
+// entry ``top``. Returns 1 if some stack survives every byte, 0 if none does, -1 if the walk
+// needed more than ``cap`` stacks (``a`` and ``work`` hold cap and 4 * cap) or DEPTH pushes.
+template <int DEPTH>
+__device__ int walk_token(const Slot& s, int top, int sorted, LaneStack<DEPTH>* a,
+                          LaneStack<DEPTH>* work, int cap) {
+  const int* token_offsets = ptr<const int>(s.t, P_TOKEN_OFFSETS);
+  const unsigned char* token_bytes = ptr<const unsigned char>(s.t, P_TOKEN_BYTES);
+  int count = 1;
+  a[0].depth = 1;
+  a[0].below = s.pool_parent[top];
+  a[0].nodes[0] = s.pool_node[top];
+  for (int j = token_offsets[sorted]; j < token_offsets[sorted + 1] && count > 0; ++j) {
+    int byte = token_bytes[j];
+    int seeds = 0;
+    for (int m = 0; m < count; ++m) {
+      if (a[m].depth == 0) continue;  // END: nothing may follow
+      int target = scan(s, a[m].nodes[a[m].depth - 1], byte);
+      if (target < 0) continue;
+      work[seeds] = a[m];
+      work[seeds].nodes[a[m].depth - 1] = target;
+      ++seeds;
+    }
+    count = seeds == 0 ? 0 : lane_close(s, work, seeds, 4 * cap, a, cap);
+    if (count < 0) return -1;
+  }
+  return count > 0 ? 1 : 0;
+}
+
+__device__ __forceinline__ void set_bit(const u64* t, int* bitmask, int words, int b, int sorted) {
+  int id = ptr<const int>(t, P_SORTED_IDS)[sorted];
+  atomicOr(bitmask + (size_t)b * words + (id >> 5), 1 << (id & 31));
 }
 
 extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int words) {
@@ -555,11 +622,9 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
   int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
   if (s.grammar < 0 || ptr<signed char>(t, P_TERMINATED)[b] || ptr<int>(t, P_ERROR)[b]) return;
   const int* uncertain = ptr<const int>(t, P_UNCERTAIN);
-  const int* token_offsets = ptr<const int>(t, P_TOKEN_OFFSETS);
-  const unsigned char* token_bytes = ptr<const unsigned char>(t, P_TOKEN_BYTES);
-  const int* sorted_ids = ptr<const int>(t, P_SORTED_IDS);
   const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
-  LaneStack a[UNC_STACKS], work[UNC_WORK];
+  int* queue = ptr<int>(t, P_WIDE_QUEUE);
+  LaneStack<UNC_DEPTH> a[UNC_STACKS], work[UNC_WORK];
   const int* pair_below = ptr<const int>(t, P_PAIR_BELOW);
   for (int k = 0; k < num_tops; ++k) {
     int top = tops[k];
@@ -588,33 +653,57 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
     }
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
       int sorted = walk_list[i];
-      int count = 1;
-      a[0].depth = 1;
-      a[0].below = s.pool_parent[top];
-      a[0].nodes[0] = node;
-      bool overflow = false;
-      for (int j = token_offsets[sorted]; j < token_offsets[sorted + 1] && count > 0; ++j) {
-        int byte = token_bytes[j];
-        int seeds = 0;
-        for (int m = 0; m < count; ++m) {
-          if (a[m].depth == 0) continue;  // END: nothing may follow
-          int target = scan(s, a[m].nodes[a[m].depth - 1], byte);
-          if (target < 0) continue;
-          work[seeds] = a[m];
-          work[seeds].nodes[a[m].depth - 1] = target;
-          ++seeds;
+      int found = walk_token(s, top, sorted, a, work, UNC_STACKS);
+      if (found > 0) set_bit(t, bitmask, words, b, sorted);
+      if (found < 0) {  // too wide or too deep for local memory: queue it for the wide walk
+        int q = atomicAdd(queue, 1);
+        if (q < WIDE_QUEUE) {
+          queue[1 + 3 * q] = b;
+          queue[2 + 3 * q] = top;
+          queue[3 + 3 * q] = sorted;
+        } else {
+          atomicExch(ptr<int>(t, P_ERROR) + b, ERR_UNCERTAIN_WALK_TOO_LARGE);
         }
-        count = seeds == 0 ? 0 : lane_close(s, work, seeds, a);
-        if (count < 0) { overflow = true; break; }
-      }
-      if (overflow) {
-        atomicExch(ptr<int>(t, P_ERROR) + b, ERR_UNCERTAIN_WALK_TOO_LARGE);
-        continue;
-      }
-      if (count > 0) {
-        int id = sorted_ids[sorted];
-        atomicOr(bitmask + (size_t)b * words + (id >> 5), 1 << (id & 31));
       }
     }
   }
+}
+
+// The queued walks of this fill, WIDE_WORKERS threads striding over them; each worker's stacks
+// live in its own part of P_WIDE_SPACE. Launched after xg_uncertain on the same stream; reads
+// the queue's count (zeroed before xg_uncertain by the launcher) and leaves it as it is.
+extern "C" __global__ void xg_uncertain_wide(const u64* t, int* bitmask, int words) {
+  int worker = blockIdx.x * blockDim.x + threadIdx.x;
+  const int* queue = ptr<const int>(t, P_WIDE_QUEUE);
+  int queued = min(queue[0], WIDE_QUEUE);
+  if (worker >= WIDE_WORKERS || worker >= queued) return;
+  typedef LaneStack<WIDE_DEPTH> Wide;
+  Wide* a = ptr<Wide>(t, P_WIDE_SPACE) + (size_t)worker * (WIDE_STACKS + WIDE_WORK);
+  Wide* work = a + WIDE_STACKS;
+  for (int q = worker; q < queued; q += WIDE_WORKERS) {
+    int b = queue[1 + 3 * q], top = queue[2 + 3 * q], sorted = queue[3 + 3 * q];
+    Slot s = make_slot(t, b);
+    int found = walk_token(s, top, sorted, a, work, WIDE_STACKS);
+    if (found > 0) set_bit(t, bitmask, words, b, sorted);
+    if (found < 0) atomicExch(ptr<int>(t, P_ERROR) + b, ERR_UNCERTAIN_WALK_TOO_LARGE);
+  }
+}
+
+// A slot whose walk ran out of room in this fill has a partial row: like every slot with an
+// error code, it allows only the stop tokens (the dense fill wrote that for slots whose error
+// was already set). Grid B x 128.
+extern "C" __global__ void xg_error_rows(const u64* t, int B, int* bitmask, int words) {
+  int b = blockIdx.x;
+  if (b >= B || ptr<int>(t, P_GRAMMAR)[b] < 0 || ptr<int>(t, P_ERROR)[b] == 0) return;
+  const int* stop_words = ptr<const int>(t, P_STOP_WORDS);
+  for (int w = threadIdx.x; w < words; w += blockDim.x)
+    bitmask[(size_t)b * words + w] = stop_words[w];
+}
+
+// Bytes of P_WIDE_SPACE and ints of P_WIDE_QUEUE the launcher must provide (read with
+// xg_wide_sizes so the host never hard-codes the struct layout).
+extern "C" __global__ void xg_wide_sizes(long long* out) {
+  out[0] = (long long)sizeof(LaneStack<WIDE_DEPTH>) * (WIDE_STACKS + WIDE_WORK) * WIDE_WORKERS;
+  out[1] = 1 + 3LL * WIDE_QUEUE;
+  out[2] = WIDE_WORKERS;
 }

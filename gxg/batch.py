@@ -54,12 +54,20 @@ class GrammarBatch:
                    torch.zeros((b, k), **i32),                          # tops_a
                    torch.zeros((b, k), **i32),                          # tops_b
                    torch.zeros((b, p), **i32)]                          # mark
+        # The wide uncertain-token walk's queue and stacks (csrc/automaton.cu,
+        # xg_uncertain_wide; sized by the compiled kernels, ~22 MB; unused on the CPU).
+        space_bytes, queue_ints = 4, 1
+        if dev.type == "cuda":
+            from gxg.ops.cuda_automaton import wide_sizes
+            space_bytes, queue_ints, _ = wide_sizes(dev)
+        wide = [torch.zeros(queue_ints, **i32),
+                torch.zeros((space_bytes + 3) // 4, **i32)]
         arena = self.arena.op_tensors()
         # Device addresses the CUDA kernels index by position (csrc/automaton.cu, P_*).
-        addresses = [t.data_ptr() for t in state + arena + scratch + [limits_row]]
+        addresses = [t.data_ptr() for t in state + arena + scratch + [limits_row] + wide]
         table = torch.tensor(addresses, dtype=torch.int64, device=dev)
         self._state = state
-        self.runtime = state + [limits_row] + scratch + [table]
+        self.runtime = state + [limits_row] + scratch + wide + [table]
         self._arena_tensors = arena
         self._field = {name: t for name, t in zip(RuntimeState.FIELDS, state)}
         self._bitmask = torch.empty((b, (self.vocab_size + 31) // 32), **i32)

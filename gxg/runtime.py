@@ -40,7 +40,7 @@ class ErrorCode(enum.IntEnum):
                           # very many parallel stacks): raise pool_entries
     CLOSURE_TOO_LARGE = 3 # one closure visited more than ``max_closure`` stack tops
     ROLLBACK_TOO_FAR = 4  # a batched rollback asked for more steps than the history holds
-    UNCERTAIN_WALK_TOO_LARGE = 5  # a GPU uncertain-token walk outgrew its local stack space
+    UNCERTAIN_WALK_TOO_LARGE = 5  # a GPU uncertain-token walk outgrew even the wide walk's room
 
 
 ERROR_MESSAGES = {
@@ -51,8 +51,9 @@ ERROR_MESSAGES = {
     ErrorCode.CLOSURE_TOO_LARGE: "a closure visited more than max_closure={max_closure} stacks",
     ErrorCode.ROLLBACK_TOO_FAR: "a rollback asked for more steps than the history holds "
                                 "(history={history})",
-    ErrorCode.UNCERTAIN_WALK_TOO_LARGE: "an uncertain-token walk on the GPU needed more local "
-                                        "stack space than the kernel has",
+    ErrorCode.UNCERTAIN_WALK_TOO_LARGE: "an uncertain-token walk on the GPU needed more room than "
+                                        "the wide walk has (128 parallel stacks, 32 pushed nodes, "
+                                        "65536 queued walks per fill: csrc/automaton.cu WIDE_*)",
 }
 
 

@@ -28,19 +28,25 @@ def _source() -> str:
 SLOTS_PER_BLOCK = 64
 
 
+# Macro overrides for csrc/automaton.cu (e.g. ("-DUNC_STACKS=1",)): the tests shrink the local
+# walk's room with them so that every walk takes the wide path. Read at each launch; each set
+# of defines is compiled once.
+KERNEL_DEFINES: tuple = ()
+
+
 @functools.lru_cache(maxsize=None)
-def _module(device_index: int):
+def _module(device_index: int, defines: tuple = ()):
     import cupy
 
     with cupy.cuda.Device(device_index):
-        return cupy.RawModule(code=_source(), options=("-std=c++17",))
+        return cupy.RawModule(code=_source(), options=("-std=c++17",) + tuple(defines))
 
 
 def _launch(name: str, device: torch.device, grid, block, args) -> None:
     import cupy
 
     index = device.index if device.index is not None else torch.cuda.current_device()
-    kernel = _module(index).get_function(name)
+    kernel = _module(index, KERNEL_DEFINES).get_function(name)
     stream = _external_stream(torch.cuda.current_stream(device).cuda_stream)
     with cupy.cuda.Device(index), stream:
         kernel(grid, block, args)
@@ -88,6 +94,33 @@ def rollback(table: torch.Tensor, num_tokens: torch.Tensor, ok: torch.Tensor) ->
 UNCERTAIN_THREADS = 64  # csrc/automaton.cu UNC_THREADS
 
 
-def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor) -> None:
+def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor,
+              wide_queue: torch.Tensor) -> None:
+    """The uncertain-token walks: xg_uncertain, then xg_uncertain_wide over the walks it queued
+    (``wide_queue``: the buffer P_WIDE_QUEUE points at; its count is zeroed first), then
+    xg_error_rows (rows of slots that ran out of room allow only the stop tokens)."""
+    wide_queue[:1].zero_()
+    words = np.int32(bitmask.shape[1])
     _launch("xg_uncertain", table.device, (batch,), (UNCERTAIN_THREADS,),
-            (_pointer(table), np.int32(batch), _pointer(bitmask), np.int32(bitmask.shape[1])))
+            (_pointer(table), np.int32(batch), _pointer(bitmask), words))
+    workers = wide_sizes(table.device)[2]
+    _launch("xg_uncertain_wide", table.device, ((workers + 63) // 64,), (64,),
+            (_pointer(table), _pointer(bitmask), words))
+    _launch("xg_error_rows", table.device, (batch,), (128,),
+            (_pointer(table), np.int32(batch), _pointer(bitmask), words))
+
+
+@functools.lru_cache(maxsize=None)
+def _wide_sizes(device_index: int, defines: tuple):
+    device = torch.device("cuda", device_index)
+    out = torch.zeros(3, dtype=torch.int64, device=device)
+    _launch("xg_wide_sizes", device, (1,), (1,), (_pointer(out),))
+    space_bytes, queue_ints, workers = (int(v) for v in out.tolist())
+    return space_bytes, queue_ints, workers
+
+
+def wide_sizes(device: torch.device):
+    """(bytes of P_WIDE_SPACE, int32 entries of P_WIDE_QUEUE, workers of xg_uncertain_wide),
+    as the compiled kernels define them."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _wide_sizes(index, KERNEL_DEFINES)

@@ -35,8 +35,9 @@ from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
 
 STATE_COUNT = len(RuntimeState.FIELDS)
 RUNTIME_FIELDS = RuntimeState.FIELDS + ("limits", "work", "seen", "tops_a", "tops_b", "mark",
-                                        "pointer_table")
+                                        "wide_queue", "wide_space", "pointer_table")
 LIMITS_INDEX = STATE_COUNT
+WIDE_QUEUE_INDEX = RUNTIME_FIELDS.index("wide_queue")
 TABLE_INDEX = len(RUNTIME_FIELDS) - 1
 
 try:  # the nvtx package when present, else torch's binding
@@ -182,7 +183,8 @@ def _fill_cuda(runtime, arena, bitmask) -> None:
     from gxg.ops import cuda_automaton
     from gxg.ops.fill_triton import fill_dense
     fill_dense(runtime[:STATE_COUNT], arena, bitmask)
-    cuda_automaton.uncertain(runtime[TABLE_INDEX], bitmask.shape[0], bitmask)
+    cuda_automaton.uncertain(runtime[TABLE_INDEX], bitmask.shape[0], bitmask,
+                             runtime[WIDE_QUEUE_INDEX])
 
 
 @fill_next_token_bitmask.register_kernel("cuda")

@@ -220,7 +220,7 @@ class GxgGpuEngine(GxgEngine):
         # the default capacity is sized for many small grammars)
         capacity = ArenaCapacity(max_grammars=2, nodes=1 << 19, next_entries=1 << 24,
                                  ref_edges=1 << 19, accept_rows=16384,
-                                 uncertain_tokens=1 << 25, pairs=1 << 19, pair_tokens=1 << 25)
+                                 uncertain_tokens=1 << 25, pairs=1 << 19, pair_tokens=1 << 26)
         self.batch = GrammarBatch(info, device=self.device, max_batch=1, limits=BENCH_LIMITS,
                                   capacity=capacity)
         self.dev_bitmask = torch.full((1, (info.vocab_size + 31) // 32), -1, dtype=torch.int32,

@@ -5,6 +5,7 @@
 #   e.g. profiling/maskbench_shards.sh out ../shared/maskbench/data 540 \
 #            "gxg:9 xgrammar:5 llguidance:1 gxg-gpu:1@8"
 # Each engine's files (every EVERY-th file, default all) are split over SHARDS processes
+# (gxg-gpu's over the machine's GPUs in turn)
 # (file i goes to shard i mod SHARDS); each process stops at BUDGET_S seconds. The rows of all
 # shards are merged into OUT_DIR/maskbench.<engine>.rows.jsonl, and the summary covers the
 # files that every CPU engine finished (gxg-gpu, a subset, is summarised on its own).
@@ -12,16 +13,20 @@
 set -u
 out=$1; data=$2; budget=$3; plan=$4
 mkdir -p "$out"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); [[ $gpus -ge 1 ]] || gpus=1
 engines=()
 for item in $plan; do
   engine=${item%%:*}; rest=${item#*:}; shards=${rest%%@*}; every=1
   [[ $rest == *@* ]] && every=${rest#*@}
   engines+=("$engine")
   for ((k = 0; k < shards; k++)); do
+    # gxg-gpu shards take the GPUs in turn (one process per GPU is the intended use)
+    [[ $engine == gxg-gpu ]] && export CUDA_VISIBLE_DEVICES=$((k % gpus))
     timeout "$budget" python3 profiling/maskbench.py --engines "$engine" --data "$data" \
       --every $((shards * every)) --offset $((k * every)) --time-limit 60 --resume \
       --out "$out/shard_${engine}_$k.json" > "$out/shard_${engine}_$k.log" 2>&1 &
   done
+  unset CUDA_VISIBLE_DEVICES
 done
 wait
 cpu=()

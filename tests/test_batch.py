@@ -294,3 +294,52 @@ def test_cuda_graph_and_compile_match_eager(setup):
         assert torch.equal(mask, eager_mask), mode
         for slot in range(b):
             assert state.stacks(slot) == eager_state.stacks(slot), mode
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("defines", [("-DUNC_STACKS=1", "-DUNC_DEPTH=1"),
+                                     ("-DUNC_STACKS=2", "-DUNC_DEPTH=3")])
+def test_wide_uncertain_walk_matches_cpu(setup, defines, monkeypatch):
+    """With the local walk's room shrunk to almost nothing, (nearly) every uncertain token goes
+    through the queue to xg_uncertain_wide: masks and states must still equal the CPU ops'."""
+    from gxg.ops import cuda_automaton
+    monkeypatch.setattr(cuda_automaton, "KERNEL_DEFINES", defines)
+    info, compiled = setup
+    batches = [GrammarBatch(info, device=d, max_batch=2 * len(compiled) + 1)
+               for d in ("cpu", "cuda")]
+    logs = [[], []]
+    for i, batch in enumerate(batches):
+        random_run(batch, info, compiled, steps=20, seed=11,
+                   check=lambda what, m, i=i: logs[i].append((what, m.cpu().numpy().copy())))
+    for step, ((what, m0), (_, m1)) in enumerate(zip(*logs)):
+        if what == "fill":
+            np.testing.assert_array_equal(m0, m1, err_msg=f"step {step}")
+    assert not (batches[1].error_codes() == ErrorCode.UNCERTAIN_WALK_TOO_LARGE).any()
+    compare_states(*batches, where="end")  # error codes included (rollbacks past the history)
+
+
+@cuda
+@pytest.mark.gpu
+def test_wide_walk_out_of_room_sets_the_error(setup, monkeypatch):
+    """A queue of one walk per fill: slots whose walks don't fit must get
+    UNCERTAIN_WALK_TOO_LARGE (allowing only stop tokens), never a silently different mask."""
+    from gxg.ops import cuda_automaton
+    monkeypatch.setattr(cuda_automaton, "KERNEL_DEFINES",
+                        ("-DUNC_STACKS=1", "-DUNC_DEPTH=1", "-DWIDE_QUEUE=1"))
+    info, compiled = setup
+    batches = [GrammarBatch(info, device=d, max_batch=len(compiled)) for d in ("cpu", "cuda")]
+    masks = []
+    for batch in batches:
+        for slot in range(batch.max_batch):
+            batch.bind(slot, compiled[slot])
+        masks.append(batch.fill_next_token_bitmask(
+            torch.zeros((batch.max_batch, (info.vocab_size + 31) // 32), dtype=torch.int32,
+                        device=batch.device)).cpu().numpy())
+    errors = batches[1].error_codes().cpu().numpy()
+    assert (errors == ErrorCode.UNCERTAIN_WALK_TOO_LARGE).any()
+    for slot in range(len(compiled)):
+        if errors[slot] == 0:
+            np.testing.assert_array_equal(masks[0][slot], masks[1][slot], err_msg=f"slot {slot}")
+        else:
+            assert errors[slot] == ErrorCode.UNCERTAIN_WALK_TOO_LARGE
