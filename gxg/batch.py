@@ -3,7 +3,8 @@
 In:  a ``TokenizerInfo``, a device, ``max_batch`` and ``RuntimeLimits``; compiled grammars
      bound to slots.
 Out: the per-step operations as ``torch.ops.xg`` ops on tensors that never move: fill the
-     bitmask, fill and apply it to logits, accept sampled tokens, roll back, reset. Nothing in
+     bitmask, fill and apply it to logits, fill and sample (greedy, temperature, top-k,
+     top-p over the allowed tokens), accept sampled tokens, roll back, reset. Nothing in
      a step reads the device from the host, so a step can be captured in a CUDA graph or traced
      by ``torch.compile``; ``bind``/``unbind`` (host writes) belong between steps.
 
@@ -72,6 +73,11 @@ class GrammarBatch:
         self._field = {name: t for name, t in zip(RuntimeState.FIELDS, state)}
         self._bitmask = torch.empty((b, (self.vocab_size + 31) // 32), **i32)
         self._all = torch.ones(b, dtype=torch.bool, device=dev)
+        # fill_and_sample's counter-based random stream: the seed, and the offset that every
+        # call advances by one on the device (write them between steps to reseed or replay).
+        self.sample_seed = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.sample_offset = torch.zeros(1, dtype=torch.int64, device=dev)
+        self._sample_constants = {}     # (name, scalar) -> constant tensor, kept for good
 
     # ------------------------------------------------------------------ binding (host side)
     def bind(self, slot: int, compiled: CompiledGrammar) -> int:
@@ -108,6 +114,61 @@ class GrammarBatch:
         xg.fill_and_apply(self.runtime, self._arena_tensors, self.arena.arena_id, logits,
                           bitmask)
         return bitmask
+
+    def fill_and_sample(self, logits: torch.Tensor, *,
+                        temperature: Union[float, torch.Tensor] = 0.0,
+                        top_k: Union[int, torch.Tensor] = 0,
+                        top_p: Union[float, torch.Tensor] = 1.0,
+                        seed: Union[int, torch.Tensor, None] = None,
+                        bitmask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Fill the bitmask (into ``bitmask`` when given, else the internal buffer) and draw one
+        token per slot from ``logits`` [max_batch, >= vocab_size] restricted to the allowed ids,
+        in one op (``xg::fill_and_sample``): the logits are read, never written. Returns int64
+        [max_batch], ready for ``accept``; a row that allows nothing gives -1 (cannot happen
+        for a bound slot; ``accept`` rejects it). Ids >= vocab_size are never drawn.
+
+        ``temperature`` (<= 0: greedy, lowest id among ties), ``top_k`` (<= 0: off) and
+        ``top_p`` (>= 1: off) apply in that order (as HF and vLLM do; ties at a cut are kept):
+        Python scalars for every row, or tensors [max_batch] for per-request values (float32,
+        int32, float32 on the batch's device; another dtype costs a cast kernel per call). A
+        scalar maps to a constant tensor cached per distinct value for the batch's life: no
+        kernel and no allocation after the first call with that value, so an eager warm-up
+        call keeps the step capturable in a CUDA graph (and the cache stays small when the
+        values do; pass a tensor for values that change every step).
+
+        ``seed``: None uses ``sample_seed`` (int64 [1] on the device, 0 at construction); an int
+        uses a cached constant tensor; a tensor (int64, one element) is used as is. Each call
+        draws from (seed, ``sample_offset``) and advances ``sample_offset`` by one on the device,
+        so successive steps draw fresh numbers and a run is replayed by resetting the offset
+        (``batch.sample_offset.zero_()``) with the same seed. Semantics and noise:
+        ``ops.reference.sample_masked``."""
+        bitmask = self._bitmask if bitmask is None else bitmask
+        self._check_bitmask(bitmask)
+
+        def constant(name, value, shape, dtype):
+            key = (name, value)
+            if key not in self._sample_constants:
+                self._sample_constants[key] = torch.full(shape, value, dtype=dtype,
+                                                         device=self.device)
+            return self._sample_constants[key]
+
+        def per_row(name, value, dtype, kind):
+            if isinstance(value, torch.Tensor):
+                return value.to(device=self.device, dtype=dtype)   # no-op when it fits
+            return constant(name, kind(value), (self.max_batch,), dtype)
+
+        if seed is None:
+            seed_tensor = self.sample_seed
+        elif isinstance(seed, torch.Tensor):
+            seed_tensor = seed
+        else:
+            seed_tensor = constant("seed", int(seed), (1,), torch.int64)
+        return xg.fill_and_sample(self.runtime, self._arena_tensors, self.arena.arena_id, logits,
+                                  bitmask,
+                                  per_row("temperature", temperature, torch.float32, float),
+                                  per_row("top_k", top_k, torch.int32, int),
+                                  per_row("top_p", top_p, torch.float32, float), seed_tensor,
+                                  self.sample_offset, self.vocab_size)
 
     def accept(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Advance every slot by its token; returns accepted (bool [max_batch]). A rejected

@@ -382,3 +382,158 @@ def _all_allowed(row: np.ndarray, vocab_size: int) -> bool:
         return True
     tail_mask = (1 << tail) - 1
     return (int(row[full_words]) & tail_mask) == tail_mask
+
+
+# ----------------------------------------------------------------------------- masked sampling
+#
+# The reference of ``xg::fill_and_sample``'s sampler (``ops/sample_triton.py`` must pick the same
+# token from the same numbers). Per row b, over the allowed ids A (bit set and id < vocab_size),
+# with x the logits as float32 and -0.0 taken as +0.0:
+#   * A empty: -1.
+#   * temperature T <= 0 (or NaN): greedy, the lowest id among the maxima of x over A; top_k
+#     and top_p are ignored.
+#   * else, in HF/vLLM order (temperature, then top-k, then top-p), tied values kept together:
+#       top-k (0 < k < |A|): keep K = {t in A: x_t >= v_k}, v_k the k-th largest x over A
+#         counted with multiplicity, i.e. t is kept iff fewer than k allowed ids have a
+#         strictly larger logit (so more than k ids are kept when the k-th value is tied);
+#       top-p (p < 1): weights w_t = exp((x_t - m)/T) (float32; m = max x over A), S the sum
+#         of w over K; keep {t in K: x_t >= v_p}, v_p the largest value v of K with
+#         Σ_{u in K, x_u >= v} w_u >= max(p, TOP_P_FLOOR)·S, i.e. t is kept iff the mass of
+#         strictly larger values is < p·S (the top value is always kept; p <= 0 keeps the
+#         tokens tied at the top). Skipped when m is -inf (every allowed logit is -inf);
+#       the token is then the Gumbel-max over the kept ids: the lowest id among the maxima of
+#         float32(x_t / T) + g_t, g_t = -log(-log u_t) in float32, u_t = sample_uniforms(...).
+#     This is an exact draw from softmax(x/T) renormalised over the kept set.
+#   Logits must be finite or -inf: with +inf or NaN the token is unspecified (the kernel
+#   returns an allowed id or -1, never anything else).
+# The uniforms are counter-based (see sample_uniforms): a draw is a pure function of the
+# logits, the mask, the parameters, the seed and the offset. The kernel accumulates top-p
+# masses in float32 in another order than this reference (float64), so a row whose p·S falls
+# within rounding of a prefix mass may keep one value more or less there; the kernel's
+# transcendental functions on the GPU may differ from numpy's in the last ulp (a Gumbel
+# argmax flips only between scores that close).
+
+PHILOX_ROUNDS = 10          # Philox4x32-10, as Random123 and Triton's tl.randint
+TOP_P_FLOOR = 1e-30         # top_p values below it act as it (keep the top value's ties)
+_PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
+_PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+_MASK32 = 0xFFFFFFFF
+_MASK64 = (1 << 64) - 1
+
+
+def philox4x32(c0, c1, c2, c3, k0: int, k1: int, rounds: int = PHILOX_ROUNDS):
+    """Philox4x32 (Salmon et al., SC'11; Random123's philox4x32_R) on broadcastable arrays of
+    32-bit counters and a 64-bit key (k0 low word, k1 high word); four uint32 arrays."""
+    c = [np.asarray(v, dtype=np.uint64) & np.uint64(_MASK32) for v in (c0, c1, c2, c3)]
+    c = list(np.broadcast_arrays(*c))
+    m0, m1, low = np.uint64(_PHILOX_M0), np.uint64(_PHILOX_M1), np.uint64(_MASK32)
+    for _ in range(rounds):
+        p0, p1 = c[0] * m0, c[2] * m1           # < 2^64: exact
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ np.uint64(k0), p1 & low,
+             (p0 >> np.uint64(32)) ^ c[3] ^ np.uint64(k1), p0 & low]
+        k0, k1 = (k0 + _PHILOX_W0) & _MASK32, (k1 + _PHILOX_W1) & _MASK32
+    return tuple(v.astype(np.uint32) for v in c)
+
+
+def sample_uniforms(seed: int, offset: int, row: int, tokens) -> np.ndarray:
+    """float32 u in (0, 1) of ``tokens`` in row ``row``: word t % 4 of Philox4x32-10 with counter
+    (t // 4, row, offset low, offset high) and key (seed low, seed high); u = ((word >> 9) +
+    0.5)·2^-23 (exact in float32, never 0 or 1)."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    seed, offset = int(seed) & _MASK64, int(offset) & _MASK64
+    words = philox4x32(tokens >> 2, row, offset & _MASK32, offset >> 32,
+                       seed & _MASK32, seed >> 32)
+    word = np.choose(tokens & 3, words)
+    return ((word >> np.uint32(9)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -23)
+
+
+def check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset,
+                           vocab_size: int) -> None:
+    """Shapes, dtypes, devices and layouts (metadata only: no device reads); shared by the
+    reference and the Triton launcher so both accept and refuse the same calls."""
+    import torch
+    if logits.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError(f"logits must be float32, float16 or bfloat16, got {logits.dtype}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be 2-D [batch, >= vocab_size], got {tuple(logits.shape)}")
+    rows, width = logits.shape
+    if not 0 <= vocab_size <= width:
+        raise ValueError(f"vocab_size {vocab_size} not in [0, logits width {width}]")
+    if width > 1 and logits.stride(1) != 1:
+        raise ValueError("the last dimension of logits must be contiguous")
+    words = (vocab_size + 31) // 32
+    if bitmask.dtype != torch.int32:
+        raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
+    if bitmask.dim() != 2 or bitmask.shape[0] != rows or bitmask.shape[1] < words:
+        raise ValueError(f"bitmask must be [{rows}, >= {words}], got {tuple(bitmask.shape)}")
+    if bitmask.shape[1] > 1 and bitmask.stride(1) != 1:
+        raise ValueError("the last dimension of bitmask must be contiguous")
+    for name, t, dtype in (("temperature", temperature, torch.float32),
+                           ("top_k", top_k, torch.int32), ("top_p", top_p, torch.float32)):
+        if t.dtype != dtype or t.shape != (rows,) or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous {dtype} tensor of shape ({rows},), "
+                             f"got {t.dtype} {tuple(t.shape)}")
+    for name, t in (("seed", seed), ("offset", offset)):
+        if t.dtype != torch.int64 or t.numel() != 1:
+            raise ValueError(f"{name} must be an int64 tensor of one element, got {t.dtype} "
+                             f"{tuple(t.shape)}")
+    for name, t in (("bitmask", bitmask), ("temperature", temperature), ("top_k", top_k),
+                    ("top_p", top_p), ("seed", seed), ("offset", offset)):
+        if t.device != logits.device:
+            raise ValueError(f"{name} is on {t.device} but logits are on {logits.device}")
+
+
+def sample_masked(logits, bitmask, temperature, top_k, top_p, seed, offset, vocab_size: int):
+    """tokens int64 [B] (a torch tensor on the CPU): one draw per row, semantics above."""
+    import torch
+    check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset, vocab_size)
+    x = logits[:, :vocab_size].detach().to("cpu", torch.float32).numpy()
+    words = np.ascontiguousarray(bitmask.detach().cpu().numpy()[:, :(vocab_size + 31) // 32])
+    allowed = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :vocab_size]
+    temps = temperature.detach().cpu().numpy()
+    ks = top_k.detach().cpu().numpy()
+    ps = top_p.detach().cpu().numpy()
+    seed_value, offset_value = int(seed.reshape(-1)[0]), int(offset.reshape(-1)[0])
+    out = np.empty(x.shape[0], dtype=np.int64)
+    for b in range(x.shape[0]):
+        out[b] = sample_row(x[b], np.flatnonzero(allowed[b]), float(temps[b]), int(ks[b]),
+                            float(ps[b]), seed_value, offset_value, b)
+    return torch.from_numpy(out)
+
+
+def kept_ids(xa: np.ndarray, ids: np.ndarray, temperature: float, top_k: int, top_p: float
+             ) -> np.ndarray:
+    """The ids that top-k then top-p keep (``xa``: float32 logits of the allowed ``ids``,
+    temperature > 0)."""
+    keep = np.ones(len(ids), dtype=bool)
+    if 0 < top_k < len(ids):
+        keep = xa >= np.sort(xa)[::-1][top_k - 1]
+    top = xa.max()
+    if top_p < 1.0 and top > -np.inf:
+        values = xa[keep]
+        w = np.exp((values - top) / np.float32(temperature)).astype(np.float64)
+        order = np.argsort(-values, kind="stable")
+        values, mass = values[order], np.cumsum(w[order])     # descending; prefix masses
+        ends = np.flatnonzero(np.append(values[1:] != values[:-1], True))  # last of each tie
+        target = max(np.float32(top_p), np.float32(TOP_P_FLOOR)) * mass[-1]
+        reached = np.flatnonzero(mass[ends] >= target)
+        if len(reached):                # none only with NaN or +inf logits: no cut
+            keep &= xa >= values[ends[reached[0]]]
+    return ids[keep]
+
+
+def sample_row(x: np.ndarray, ids: np.ndarray, temperature: float, top_k: int, top_p: float,
+               seed: int, offset: int, row: int) -> int:
+    """One row: ``x`` float32 logits, ``ids`` the allowed ids (ascending)."""
+    if len(ids) == 0:
+        return -1
+    xa = x[ids].astype(np.float32)
+    xa[xa == 0] = 0.0                                            # -0.0 is +0.0
+    if not temperature > 0:
+        return int(ids[np.argmax(xa)])                           # first maximum: lowest id
+    kept = kept_ids(xa, ids, temperature, top_k, top_p)
+    if len(kept) == 0:                  # only with NaN logits
+        return -1
+    gumbel = -np.log(-np.log(sample_uniforms(seed, offset, row, kept)))
+    scores = x[kept].astype(np.float32) / np.float32(temperature) + gumbel
+    return int(kept[np.argmax(scores)])

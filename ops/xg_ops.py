@@ -14,6 +14,8 @@ Out: the ops below, each with fixed shapes, no host synchronisation and no alloc
   xg::fill_next_token_bitmask(runtime!, arena, arena_id, bitmask!)
   xg::apply_token_bitmask_inplace(logits!, bitmask, indices?)
   xg::fill_and_apply(runtime!, arena, arena_id, logits!, bitmask!)
+  xg::fill_and_sample(runtime!, arena, arena_id, logits, bitmask!, temperature, top_k, top_p,
+                      seed, offset!, vocab_size) -> int64 [B]
 
 Semantics per slot: unbound (grammar -1): every token allowed and accepted, no state; a
 terminated slot, or one with an error code, allows only its stop tokens and accepts nothing
@@ -237,3 +239,47 @@ def _(runtime, arena, arena_id, logits, bitmask):
 @fill_and_apply.register_fake
 def _(runtime, arena, arena_id, logits, bitmask):
     return None
+
+
+# ----------------------------------------------------------------------------- fill and sample
+
+
+@torch.library.custom_op("xg::fill_and_sample", mutates_args=("runtime", "bitmask", "offset"))
+def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
+                    logits: torch.Tensor, bitmask: torch.Tensor, temperature: torch.Tensor,
+                    top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor,
+                    offset: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Fill ``bitmask`` as ``fill_next_token_bitmask`` does, then draw one token per row from
+    ``logits`` [B, >= vocab_size] restricted to the allowed ids (never written): greedy where
+    temperature <= 0, else temperature, top-k (int32, <= 0 off), top-p (float32, >= 1 off), in
+    that order. The draw is a pure function of the inputs and (seed, offset) (int64 [1] each);
+    ``offset`` is advanced by 1 in place, so the next call draws fresh numbers. Returns int64
+    [B]: the token, or -1 for a row that allows nothing (``accept_token`` rejects it).
+    Semantics: ``ops.reference.sample_masked``; kernel: ``ops/sample_triton.py``."""
+    reference.check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset,
+                                     vocab_size)
+    fill_next_token_bitmask(runtime, arena, arena_id, bitmask)
+    tokens = reference.sample_masked(logits, bitmask, temperature, top_k, top_p, seed, offset,
+                                     vocab_size)
+    offset += 1
+    return tokens
+
+
+@fill_and_sample.register_kernel("cuda")
+def _(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p, seed, offset,
+      vocab_size):
+    from gxg.ops.sample_triton import sample_masked_triton
+    reference.check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset,
+                                     vocab_size)
+    with _range("xg::fill_and_sample"):
+        _fill_cuda(runtime, arena, bitmask)
+        tokens = sample_masked_triton(logits, bitmask, temperature, top_k, top_p, seed, offset,
+                                      vocab_size)
+        offset.add_(1)      # after the sampler: every program has read the old value
+    return tokens
+
+
+@fill_and_sample.register_fake
+def _(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p, seed, offset,
+      vocab_size):
+    return logits.new_empty(logits.shape[0], dtype=torch.int64)
