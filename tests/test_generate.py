@@ -1,0 +1,151 @@
+"""``gxg generate`` (gxg/__main__.py over gxg/generate.py) with the embedded SmolLM2 model.
+
+Short greedy generations on the CPU under a JSON schema file, a regex and an EBNF file: stdout
+must be exactly the generated text, and that text must be valid (json + jsonschema,
+re.fullmatch, the reference recognizer); the device-op grammar backend (the CUDA path, here on
+its CPU kernels) must generate the same text as the host matcher. Then the ways the command
+refuses: a schema gxg cannot compile (exit 2, the keyword named, no traceback, also through
+``python -m gxg``), bad arguments (exit 2), no or two grammar options (argparse usage error),
+a token budget too small for the grammar to end (exit 1, said on stderr). The model loads once
+(``load_model`` is cached).
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gxg.__main__ import main
+from gxg.generate import UsageError, read_schema_argument
+from gxg.vocabularies import missing_packages
+
+jsonschema = pytest.importorskip("jsonschema")
+needs_smollm2 = pytest.mark.skipif(bool(missing_packages("smollm2")),
+                                   reason=f"needs {', '.join(missing_packages('smollm2'))}")
+
+SCHEMA = {"type": "object",
+          "properties": {"name": {"type": "string", "maxLength": 20},
+                         "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+GREEDY_CPU = ["--temperature", "0", "--device", "cpu"]
+
+
+def run_cli(capsys, *args):
+    status = main(["generate", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@needs_smollm2
+def test_schema_generation_is_valid_json(capsys, tmp_path):
+    path = tmp_path / "person.json"
+    path.write_text(json.dumps(SCHEMA))
+    status, out, err = run_cli(capsys, "--schema", str(path), *GREEDY_CPU,
+                               "--prompt", "Give a person's name and age as JSON.",
+                               "--max-new-tokens", "64")
+    assert status == 0, err
+    jsonschema.validate(json.loads(out), SCHEMA)
+    assert "tokens/s" in err and "TTFT" in err and "grammar" in err
+
+
+@needs_smollm2
+def test_regex_generation_matches(capsys):
+    pattern = r"[A-Z][a-z]{2,10}"
+    status, out, err = run_cli(capsys, "--regex", pattern, *GREEDY_CPU,
+                               "--prompt", "Name a cat.", "--max-new-tokens", "16")
+    assert status == 0, err
+    assert re.fullmatch(pattern, out)
+
+
+@needs_smollm2
+def test_ebnf_grammar_file(capsys, tmp_path):
+    from gxg import Grammar
+    from gxg.testing import grammar_accepts
+
+    ebnf = 'root ::= animal " says " sound\nanimal ::= "cat" | "dog"\nsound ::= [a-z]+ "!"'
+    path = tmp_path / "animal.ebnf"
+    path.write_text(ebnf)
+    status, out, err = run_cli(capsys, "--grammar", str(path), *GREEDY_CPU,
+                               "--prompt", "What does a cat say?", "--max-new-tokens", "16")
+    assert status == 0, err
+    assert grammar_accepts(Grammar.from_ebnf(ebnf), out), out
+
+
+@needs_smollm2
+def test_host_and_device_op_grammar_backends_generate_the_same_text():
+    """The CUDA path (GrammarBatch ops; here their CPU kernels) against the CPU path."""
+    from gxg.generate import (DecodingOptions, GenerationStats, GrammarRequest, build_grammar,
+                              compile_grammar, generate, load_model)
+
+    loaded = load_model(None, "cpu")
+    compiled = compile_grammar(build_grammar(GrammarRequest("json_schema", json.dumps(SCHEMA))),
+                               loaded.tokenizer_info)
+    texts = {}
+    for backend in ("matcher", "batch"):
+        options = DecodingOptions(max_new_tokens=64, temperature=0, grammar_backend=backend)
+        stats = GenerationStats()
+        texts[backend] = "".join(generate(loaded, compiled, "A person as JSON.", options, stats))
+        assert stats.complete and stats.stop_reason in ("stop token", "grammar complete")
+    assert texts["matcher"] == texts["batch"]
+    jsonschema.validate(json.loads(texts["batch"]), SCHEMA)
+
+
+@needs_smollm2
+def test_running_out_of_tokens_is_an_error(capsys):
+    status, out, err = run_cli(capsys, "--json", *GREEDY_CPU, "--max-new-tokens", "3")
+    assert status == 1
+    assert out  # what was generated is shown ...
+    assert "INCOMPLETE" in err and "--max-new-tokens 3" in err  # ... and said to be unfinished
+
+
+def test_schema_argument_is_a_file_or_inline_json(tmp_path):
+    path = tmp_path / "schema.json"
+    path.write_text('{"type": "integer"}')
+    assert read_schema_argument(str(path)) == '{"type": "integer"}'
+    assert read_schema_argument(' {"type": "string"}') == ' {"type": "string"}'
+    with pytest.raises(UsageError, match="no such file"):
+        read_schema_argument(str(tmp_path / "missing.json"))
+
+
+def test_uncompilable_schema_exits_2_naming_the_keyword(capsys):
+    status, out, err = run_cli(capsys, "--schema", '{"type": "array", "uniqueItems": true}')
+    assert status == 2
+    assert "uniqueItems" in err and "Traceback" not in err
+    assert out == ""
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--schema", "no-such-schema.json"], "no such file"),
+    (["--grammar", "no-such-grammar.ebnf"], "no-such-grammar.ebnf"),
+    (["--regex", "(ab"], "unterminated group"),
+])
+def test_bad_grammar_arguments_exit_2(capsys, args, message):
+    status, out, err = run_cli(capsys, *args)
+    assert status == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine has no CUDA device")
+def test_cuda_without_a_device_exits_2(capsys):
+    status, out, err = run_cli(capsys, "--json", "--device", "cuda")
+    assert status == 2 and "no CUDA device" in err
+
+
+@pytest.mark.parametrize("args", [[], ["--json", "--regex", "a"]])
+def test_exactly_one_grammar_option_is_required(capsys, args):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--prompt", "hi", *args])
+    assert exit_info.value.code == 2
+    assert "--schema" in capsys.readouterr().err
+
+
+def test_python_m_gxg_reports_an_uncompilable_schema():
+    result = subprocess.run(
+        [sys.executable, "-m", "gxg", "generate", "--schema", '{"uniqueItems": true}'],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "uniqueItems" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == ""
