@@ -97,7 +97,8 @@ def _clear(state: RuntimeState, slot: int) -> None:
 def _(runtime, arena, arena_id, slots):
     from gxg.ops import cuda_automaton
     with _range("xg::reset"):
-        cuda_automaton.reset(runtime[TABLE_INDEX], slots)
+        # the kernels index their per-slot arguments densely: views (input_ids[:, -1]) are copied
+        cuda_automaton.reset(runtime[TABLE_INDEX], slots.to(torch.bool).contiguous())
 
 
 @reset.register_fake
@@ -125,7 +126,8 @@ def _(runtime, arena, arena_id, token_ids):
     from gxg.ops import cuda_automaton
     with _range("xg::accept_token"):
         accepted = torch.empty(token_ids.shape[0], dtype=torch.bool, device=token_ids.device)
-        cuda_automaton.accept(runtime[TABLE_INDEX], token_ids.to(torch.int64), accepted)
+        cuda_automaton.accept(runtime[TABLE_INDEX], token_ids.to(torch.int64).contiguous(),
+                              accepted)
     return accepted
 
 
@@ -155,7 +157,8 @@ def _(runtime, num_tokens):
     from gxg.ops import cuda_automaton
     with _range("xg::rollback"):
         ok = torch.empty(num_tokens.shape[0], dtype=torch.bool, device=num_tokens.device)
-        cuda_automaton.rollback(runtime[TABLE_INDEX], num_tokens.to(torch.int64), ok)
+        cuda_automaton.rollback(runtime[TABLE_INDEX], num_tokens.to(torch.int64).contiguous(),
+                                ok)
     return ok
 
 
