@@ -46,3 +46,14 @@ def recognizer_mask(recognizer, consumed: bytes, info, stop_token_ids) -> np.nda
     if recognizer.accepts(consumed):
         allowed[list(stops)] = True
     return allowed
+
+
+def random_bitmask(rows: int, words: int, generator):
+    """An int32 bitmask [rows, words] mixing all-zero, all-one and random words (the three
+    cases the apply and sample kernels branch on)."""
+    import torch
+    kinds = torch.randint(0, 3, (rows, words), generator=generator)
+    mixed = torch.randint(-2**31, 2**31 - 1, (rows, words), generator=generator,
+                          dtype=torch.int64).to(torch.int32)
+    return torch.where(kinds == 0, torch.zeros_like(mixed),
+                       torch.where(kinds == 1, torch.full_like(mixed, -1), mixed))

@@ -11,16 +11,9 @@ pytest.importorskip("triton")
 
 from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu  # noqa: E402
 from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton  # noqa: E402
+from mask_oracles import random_bitmask  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def random_bitmask(rows, words, generator):
-    kinds = torch.randint(0, 3, (rows, words), generator=generator)
-    mixed = torch.randint(-2**31, 2**31 - 1, (rows, words), generator=generator,
-                          dtype=torch.int64).to(torch.int32)
-    return torch.where(kinds == 0, torch.zeros_like(mixed),
-                       torch.where(kinds == 1, torch.full_like(mixed, -1), mixed))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

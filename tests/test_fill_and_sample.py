@@ -31,8 +31,9 @@ from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.ops import reference  # noqa: E402
 from gxg.runtime import RuntimeLimits  # noqa: E402
 from gxg.tokenizer import TokenizerInfo, VocabType  # noqa: E402
-from mask_oracles import mask_to_bool  # noqa: E402
-from test_matcher import GRAMMAR_ZOO, synthetic_vocab, zoo_grammar  # noqa: E402
+from mask_oracles import mask_to_bool, random_bitmask  # noqa: E402
+from test_batch import zoo  # noqa: E402
+from test_matcher import synthetic_vocab, zoo_grammar  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 xg = torch.ops.xg
@@ -45,10 +46,6 @@ MODES = {
     "top_p": dict(temperature=1.3, top_p=0.7),
     "top_k_top_p": dict(temperature=0.6, top_k=6, top_p=0.9),
 }
-
-
-def zoo(name):
-    return next(entry for entry in GRAMMAR_ZOO if entry[0] == name)
 
 
 @pytest.fixture(scope="module")
@@ -249,14 +246,6 @@ def test_distribution_matches_the_renormalised_masked_softmax(mode):
 
 
 # ----------------------------------------------------------------------------- Triton
-
-
-def random_bitmask(rows, words, g):
-    kinds = torch.randint(0, 3, (rows, words), generator=g)
-    mixed = torch.randint(-2 ** 31, 2 ** 31 - 1, (rows, words), generator=g,
-                          dtype=torch.int64).to(torch.int32)
-    return torch.where(kinds == 0, torch.zeros_like(mixed),
-                       torch.where(kinds == 1, torch.full_like(mixed, -1), mixed))
 
 
 # (temperature, top_k, top_p) per row, and what the row's logits or mask look like
