@@ -10,6 +10,9 @@
 # shards are merged into OUT_DIR/maskbench.<engine>.rows.jsonl, and the summary covers the
 # files that every CPU engine finished (gxg-gpu, a subset, is summarised on its own).
 # Timings from concurrent processes share the machine: say how many ran at once.
+# Seen 2026-11-26 on a 4-GPU host with 64 cores: 60+ shards at once wrote their first rows only
+# after ~6 minutes (and few after), where 16 shards on a 16-core host start within a minute;
+# the cause was not found (memory that the VM grows on demand is one suspect). Keep to ~16.
 set -u
 out=$1; data=$2; budget=$3; plan=$4
 mkdir -p "$out"
