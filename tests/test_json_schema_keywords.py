@@ -372,8 +372,8 @@ def _has_duplicate_names(document: str) -> bool:
 
 
 def _floats_are_exact_enough(document: str) -> bool:
-    """No number of the document underflows to zero, overflows, or has more significant digits
-    than a Python float keeps."""
+    """No number of the document underflows to zero, overflows, has more significant digits
+    than a Python float keeps, or is a large number that no double equals."""
     from decimal import Decimal
     import math
     bad = []
@@ -383,6 +383,8 @@ def _floats_are_exact_enough(document: str) -> bool:
         digits = text.lstrip("-").split("e")[0].split("E")[0].replace(".", "").lstrip("0")
         if math.isinf(value) or (value == 0 and Decimal(text) != 0) or len(digits) > 15:
             bad.append(text)  # beyond a double's 15 exact digits, jsonschema's float math errs
+        elif abs(value) >= 2 ** 53 and Decimal(value) != Decimal(text):
+            bad.append(text)  # -86943E247 is a multiple of 3; its nearest double is not
         return value
 
     json.loads(document, parse_float=parse)

@@ -1399,7 +1399,15 @@ class _Converter:
         """The JSON spellings of the strings ``dfa`` accepts (right-linear rules)."""
         def define(ref: RuleRef, body: Expr) -> None:
             self.rules[ref.name] = body
-        return dfa_to_expr(dfa, self.unit, lambda h: RuleRef(self.new_rule(h)), hint, define_rule=define)
+        return dfa_to_expr(dfa, self.inline_unit, lambda h: RuleRef(self.new_rule(h)), hint,
+                           define_rule=define)
+
+    def inline_unit(self, ranges) -> Maybe:
+        """One JSON string unit whose code point is in ``ranges``, as an expression: a string
+        automaton spells its units in place, because a unit rule shared by hundreds of states
+        makes every node inside it escape into all of them when the masks are computed."""
+        ranges = tuple(_subtract_all(ranges, [(0xD800, 0xDFFF)]))
+        return _unit_cached(ranges)
 
     def add_rule(self, hint, body: Optional[Expr]) -> RuleRef:
         """json_numbers' rule callback: ``(hint, body)`` adds a rule, ``(hint, None)`` reserves
