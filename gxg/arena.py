@@ -90,6 +90,38 @@ class ArenaCapacity:
     pairs: int = 1 << 16
     pair_tokens: int = 1 << 20
 
+    @staticmethod
+    def to_hold(compiled_grammars, minimum: "ArenaCapacity" = None) -> "ArenaCapacity":
+        """A capacity that holds all these grammars at once (at least ``minimum``, by default
+        the default capacity)."""
+        minimum = minimum or ArenaCapacity()
+        need: Dict[str, int] = {}
+        for compiled in compiled_grammars:
+            for name, count in entry_counts(compiled).items():
+                need[name] = need.get(name, 0) + count
+        fields = {field: max(getattr(minimum, field), need.get(buffer, 0))
+                  for field, buffer in _BUFFER_OF_CAPACITY.items()}
+        fields["pair_tokens"] = max(fields["pair_tokens"], need.get("pair_unc", 0))
+        return ArenaCapacity(max_grammars=max(minimum.max_grammars, len(compiled_grammars)),
+                             **fields)
+
+
+# ArenaCapacity field -> the buffer it sizes (pair_tokens sizes pair_acc and pair_unc alike)
+_BUFFER_OF_CAPACITY = {"nodes": "nodes", "next_entries": "next_flat", "ref_edges": "refs",
+                       "accept_rows": "accept_rows", "uncertain_tokens": "uncertain",
+                       "pairs": "pairs", "pair_tokens": "pair_acc"}
+
+
+def entry_counts(compiled: CompiledGrammar) -> Dict[str, int]:
+    """Entries a compiled grammar takes in each arena buffer."""
+    a, layout, pairs = compiled.automaton, compiled.kernel_layout, compiled.context_pairs
+    return {"nodes": a.num_nodes, "next_flat": a.num_nodes * a.num_classes,
+            "refs": int(a.ref_offsets[-1]), "accept_rows": layout.accept_rows.shape[0],
+            "uncertain": int(layout.uncertain_tokens.shape[0]),
+            "pairs": int(pairs.pair_below.shape[0]),
+            "pair_acc": int(pairs.pair_acc_tokens.shape[0]),
+            "pair_unc": int(pairs.pair_unc_tokens.shape[0])}
+
 
 class _Ranges:
     """First-fit allocator of [start, end) ranges in a buffer of ``size`` elements."""
@@ -235,16 +267,7 @@ class DeviceArena:
         if not self._free_ids:
             raise ArenaFullError(f"the arena holds at most {self.capacity.max_grammars} "
                                  "grammars; unregister one or raise max_grammars")
-        a = compiled.automaton
-        layout = compiled.kernel_layout
-        num_nodes, classes = a.num_nodes, a.num_classes
-        pairs = compiled.context_pairs
-        sizes = {"nodes": num_nodes, "next_flat": num_nodes * classes,
-                 "refs": int(a.ref_offsets[-1]), "accept_rows": layout.accept_rows.shape[0],
-                 "uncertain": int(layout.uncertain_tokens.shape[0]),
-                 "pairs": int(pairs.pair_below.shape[0]),
-                 "pair_acc": int(pairs.pair_acc_tokens.shape[0]),
-                 "pair_unc": int(pairs.pair_unc_tokens.shape[0])}
+        sizes = entry_counts(compiled)
         ranges: Dict[str, Tuple[int, int]] = {}
         try:
             for name, count in sizes.items():

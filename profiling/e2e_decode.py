@@ -552,28 +552,6 @@ def compile_grammars(args, info, xgr, xinfo) -> List[Dict[str, object]]:
     return out
 
 
-def arena_capacity(compiled_grammars) -> ArenaCapacity:
-    """An arena that holds all these grammars at once (the default capacity is sized for many
-    small grammars; a schema with free-form strings needs millions of uncertain-token entries).
-    The counts are those ``DeviceArena.register`` takes."""
-    need = dict(nodes=0, next_entries=0, ref_edges=0, accept_rows=0, uncertain_tokens=0,
-                pairs=0, pair_acc=0, pair_unc=0)
-    for compiled in compiled_grammars:
-        a, layout, pairs = compiled.automaton, compiled.kernel_layout, compiled.context_pairs
-        need["nodes"] += a.num_nodes
-        need["next_entries"] += a.num_nodes * a.num_classes
-        need["ref_edges"] += int(a.ref_offsets[-1])
-        need["accept_rows"] += layout.accept_rows.shape[0]
-        need["uncertain_tokens"] += int(layout.uncertain_tokens.shape[0])
-        need["pairs"] += int(pairs.pair_below.shape[0])
-        need["pair_acc"] += int(pairs.pair_acc_tokens.shape[0])
-        need["pair_unc"] += int(pairs.pair_unc_tokens.shape[0])
-    need["pair_tokens"] = max(need.pop("pair_acc"), need.pop("pair_unc"))
-    default = ArenaCapacity()
-    return ArenaCapacity(max_grammars=max(2, len(compiled_grammars)),
-                         **{k: max(getattr(default, k), v) for k, v in need.items()})
-
-
 # ----------------------------------------------------------------------------- driver
 
 
@@ -609,7 +587,8 @@ def run_batch_size(b: int, model: Llama, info, grammars, xgr, args, device,
         sync_tokens=True))
     if {"gxg", "gxg_fused"} & set(args.configs):
         batch = GrammarBatch(info, device=device, max_batch=b,
-                             capacity=arena_capacity([g["gxg"] for g in grammars]))
+                             capacity=ArenaCapacity.to_hold([g["gxg"] for g in grammars],
+                                                               ArenaCapacity(max_grammars=2)))
     for grammar in grammars:
         name = grammar["name"]
         if {"gxg", "gxg_fused"} & set(args.configs):
