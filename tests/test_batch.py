@@ -35,15 +35,21 @@ def zoo(name):
     raise KeyError(name)
 
 
-@pytest.fixture(scope="module")
-def setup():
-    sentences = [s for name in BATCH_GRAMMARS for s in zoo(name)[2]]
-    vocab = synthetic_vocab(sentences, seed=3)
+def zoo_world(names, seed):
+    """A synthetic vocabulary built from the sentences of the named zoo grammars (5 ids past
+    it, the last token as the stop token) and those grammars compiled for it, by name."""
+    sentences = [s for name in names for s in zoo(name)[2]]
+    vocab = synthetic_vocab(sentences, seed=seed)
     info = TokenizerInfo(vocab, VocabType.RAW, vocab_size=len(vocab) + 5,
                          stop_token_ids=[len(vocab) - 1])
     compiler = GrammarCompiler(info)
-    compiled = [compiler.compile_grammar(zoo_grammar(zoo(name)[1])) for name in BATCH_GRAMMARS]
-    return info, compiled
+    return info, {name: compiler.compile_grammar(zoo_grammar(zoo(name)[1])) for name in names}
+
+
+@pytest.fixture(scope="module")
+def setup():
+    info, compiled = zoo_world(BATCH_GRAMMARS, seed=3)
+    return info, [compiled[name] for name in BATCH_GRAMMARS]
 
 
 def random_run(batch, info, compiled, steps, seed, check=None):

@@ -27,13 +27,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from gxg.batch import GrammarBatch  # noqa: E402
-from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.ops import reference  # noqa: E402
 from gxg.runtime import RuntimeLimits  # noqa: E402
-from gxg.tokenizer import TokenizerInfo, VocabType  # noqa: E402
 from mask_oracles import mask_to_bool, random_bitmask  # noqa: E402
-from test_batch import zoo  # noqa: E402
-from test_matcher import synthetic_vocab, zoo_grammar  # noqa: E402
+from test_batch import zoo_world  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 xg = torch.ops.xg
@@ -50,13 +47,8 @@ MODES = {
 
 @pytest.fixture(scope="module")
 def world():
-    sentences = [s for name in GRAMMARS for s in zoo(name)[2]]
-    vocab = synthetic_vocab(sentences, seed=5)
-    info = TokenizerInfo(vocab, VocabType.RAW, vocab_size=len(vocab) + 5,
-                         stop_token_ids=[len(vocab) - 1])
+    info, compiled = zoo_world(GRAMMARS, seed=5)
     assert info.vocab_size % 32 != 0
-    compiler = GrammarCompiler(info)
-    compiled = {name: compiler.compile_grammar(zoo_grammar(zoo(name)[1])) for name in GRAMMARS}
     return info, compiled
 
 
