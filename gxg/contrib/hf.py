@@ -61,8 +61,8 @@ BACKENDS = ("auto", "matcher", "batch")
 def bitmask_row_of(token_ids: Sequence[int], vocab_size: int) -> torch.Tensor:
     """An int32 bitmask row (CPU) that allows exactly ``token_ids``."""
     words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
-    for token in token_ids:
-        words[token // 32] |= np.uint32(1 << (token % 32))
+    ids = np.asarray(token_ids, dtype=np.int64)
+    np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
     return torch.from_numpy(words.view(np.int32))  # bit 31 set reads as a negative int32
 
 
