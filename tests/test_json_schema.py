@@ -395,11 +395,52 @@ def test_each_referenced_schema_is_one_rule():
     assert sum(name.startswith("ref_p") for name in names) == 1
 
 
-def test_overlapping_one_of_warns_and_is_any_of():
+@pytest.mark.parametrize("strict_mode", [True, False])
+def test_overlapping_one_of_warns_and_is_any_of_in_both_modes(strict_mode):
+    # the complement of multipleOf is not expressible, so exclusivity is not either
+    schema = {"oneOf": [{"type": "integer", "multipleOf": 2}, {"type": "integer", "multipleOf": 3}]}
+    with pytest.warns(JsonSchemaRelaxationWarning, match="oneOf at # compiled as anyOf"):
+        grammar = json_schema_to_grammar(schema, strict_mode=strict_mode)
+    assert grammar_accepts(grammar, "6")  # valid for both branches: the schema forbids it
+    assert grammar_accepts(grammar, "4") and not grammar_accepts(grammar, "5")
+
+
+@pytest.mark.parametrize("document, expected", [
+    ("1.5", True), ("-0.25", True), ("2.50", True),
+    ("1", False), ("1.0", False), ("0", False),   # integers satisfy both branches
+    ('"x"', False),
+    ("15e-1", False),  # 1.5, but a non-integer with an exponent: the documented narrowing
+])
+def test_one_of_integer_or_number_is_exact_through_the_fraction_complement(document, expected):
     schema = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
-    with pytest.warns(JsonSchemaRelaxationWarning, match="oneOf at #"):
-        grammar = json_schema_to_grammar(schema)
-    assert grammar_accepts(grammar, "1")  # valid for both branches: the schema forbids it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JsonSchemaRelaxationWarning)
+        grammar = json_schema_to_grammar(schema, strict_mode=False)
+    assert grammar_accepts(grammar, document) is expected
+
+
+@pytest.mark.parametrize("schema, document, expected", [
+    # "b_i and not b_j" is built from the branches as written, not from the branches merged with
+    # the siblings, whose complements (of 'properties' with an integer) were not expressible
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {}},
+      "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}, '{"a":1}', True),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {}},
+      "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}, '{"b":1,"c":2}', True),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {}},
+      "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}, '{"a":1,"b":1,"c":2}', False),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {}},
+      "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}, '{"a":1,"b":1}', True),
+    # the same oneOf met inside an allOf merge
+    ({"allOf": [{"properties": {"a": {"type": "integer"}}},
+                {"oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}]}, '{"a":1,"b":1,"c":2}', False),
+    ({"allOf": [{"properties": {"a": {"type": "integer"}}},
+                {"oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]}]}, '{"b":1,"c":2}', True),
+])
+def test_one_of_with_siblings_is_exact(schema, document, expected):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", JsonSchemaRelaxationWarning)
+        grammar = json_schema_to_grammar(schema, strict_mode=False, any_order=True)
+    assert grammar_accepts(grammar, document) is expected
 
 
 @pytest.mark.parametrize("schema", [
@@ -454,7 +495,9 @@ def test_schema_as_json_string_and_pydantic_model():
     ({"items": {"type": "array", "minContains": 1}}, "'minContains' at #/items"),
     ({"not": {"multipleOf": 2}}, "unsupported keyword 'not' at #/not"),
     ({"not": {"additionalProperties": False}}, "unsupported keyword 'not' at #/not"),
-    ({"not": {"type": "integer"}}, "unsupported keyword 'not' at #/not"),
+    ({"not": {"not": {"type": "integer"}}}, "unsupported keyword 'not' at #/not"),
+    ({"not": {"type": "integer", "minimum": 0}, "type": "number", "maximum": 5},
+     "the complement of type integer together with"),
     ({"not": {"enum": [[1]]}}, "unsupported keyword 'not' at #/not"),
     ({"if": {"uniqueItems": True}, "then": {}}, "unsupported keyword 'uniqueItems' at #"),
     ({"dependentRequired": {"a": "b"}}, "'dependentRequired' at #/a must be a list"),
@@ -821,3 +864,25 @@ def test_grammars_compile_and_match_like_the_recognizer():
             matcher = GrammarMatcher(compiled)
             matched = matcher.accept_string(document) and matcher.is_completed()
             assert matched == grammar_accepts(grammar, document), (schema, document)
+
+
+@pytest.mark.parametrize("schema, document, expected", [
+    # a nested draft-04 'id' changes the base URI only for the refs below it: without one it is
+    # an annotation (the schema's own refs resolve against the root as before)
+    ({"definitions": {"n": {"id": "node", "type": "integer"}},
+      "properties": {"a": {"$ref": "#/definitions/n"}}}, '{"a":1}', True),
+    ({"definitions": {"n": {"id": "node", "type": "integer"}},
+      "properties": {"a": {"$ref": "#/definitions/n"}}}, '{"a":"x"}', False),
+    ({"definitions": {"n": {"id": "#node", "type": "integer"}},
+      "properties": {"a": {"$ref": "#/definitions/n"}}}, '{"a":1}', True),
+])
+def test_nested_ids_without_refs_below_are_annotations(schema, document, expected):
+    assert accepts(schema, document) is expected
+
+
+def test_nested_id_with_a_ref_below_is_refused_by_name():
+    schema = {"definitions": {"n": {"id": "other.json", "properties": {"x": {"$ref": "#/definitions/m"}}},
+                              "m": {"type": "integer"}},
+              "properties": {"a": {"$ref": "#/definitions/n"}}}
+    with pytest.raises(GrammarError, match="unsupported keyword 'id' at #/definitions/n"):
+        json_schema_to_grammar(schema)

@@ -309,11 +309,17 @@ def test_ref_siblings_follow_the_declared_draft(draft, document, expected):
     check(schema, document, expected)
 
 
-def test_upper_bounds_above_the_exact_limit_are_refused_by_name():
-    from gxg.grammar.ir import GrammarError
-    from gxg.grammar.json_schema import MAX_EXACT_BOUND
-    with pytest.raises(GrammarError, match=f"'maxLength' at #/properties/s: {MAX_EXACT_BOUND + 1}"):
-        json_schema_to_grammar({"properties": {"s": {"type": "string", "maxLength": MAX_EXACT_BOUND + 1}}})
+@pytest.mark.parametrize("keyword, schema, long_document", [
+    ("maxLength", {"type": "string"}, '"' + "x" * 2100 + '"'),
+    ("maxItems", {"type": "array"}, "[" + ",".join(["1"] * 2100) + "]"),
+    ("maxProperties", {"type": "object"}, "{" + ",".join(f'"k{i}":1' for i in range(2100)) + "}"),
+])
+def test_upper_bounds_above_the_exact_limit_are_relaxed_with_a_warning(keyword, schema, long_document):
+    from gxg.grammar.json_schema import MAX_EXACT_BOUND, JsonSchemaRelaxationWarning
+    schema = {"properties": {"s": dict(schema, **{keyword: MAX_EXACT_BOUND + 1})}}
+    with pytest.warns(JsonSchemaRelaxationWarning, match=f"{keyword} at #/properties/s is not enforced"):
+        grammar = json_schema_to_grammar(schema, strict_mode=False)
+    assert Recognizer(grammar).accepts('{"s":' + long_document + "}")  # beyond the bound: relaxed
     check({"type": "string", "maxLength": 70}, '"' + "x" * 71 + '"', False)
     check({"type": "string", "maxLength": 70}, '"' + "x" * 70 + '"', True)
 

@@ -166,11 +166,14 @@ SUPPORTED = frozenset({
     "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "patternProperties", "propertyNames",
     "minProperties", "maxProperties", "not", "if", "then", "else", "dependentRequired",
     "dependentSchemas", "dependencies", "unevaluatedItems", "unevaluatedProperties", "contains",
-}) | {"x-gxg-regexes", "x-gxg-not-strings"}
+}) | {"x-gxg-regexes", "x-gxg-not-strings", "x-gxg-fraction"}
 # Internal keywords (never in user schemas; produced by merging and negation):
 #   x-gxg-regexes      list of [regex, search, negated, keyword]: the decoded string must (not)
 #                      match each regex (search: anywhere, as 'pattern'; else in full, as 'format')
 #   x-gxg-not-strings  list of strings the value must differ from
+#   x-gxg-fraction     true: a number that is not an integer, written with a fraction that has a
+#                      non-zero digit and no exponent (the complement of type integer, narrowed:
+#                      1.5e1 style spellings of non-integers are left out; itself never negated)
 UNSUPPORTED = frozenset({
     "minContains", "maxContains", "$dynamicRef", "$recursiveRef", "$recursiveAnchor",
     "extends", "disallow", "divisibleBy",
@@ -193,7 +196,7 @@ CONVERTER_RECURSION_LIMIT = 20000
 # chain of automaton states, and the compiler walks the vocabulary from each of them.
 MAX_EXACT_BOUND = 2048
 # any_order: the required members seen so far are tracked as a set up to this many.
-MAX_ANY_ORDER_REQUIRED = 8
+MAX_ANY_ORDER_REQUIRED = 9
 # Any-order objects spell their keys in every state's rule while that stays within this many
 # key characters in all (see Converter.object_any_order).
 MAX_INLINE_KEY_CHARS = 16384
@@ -521,6 +524,7 @@ class _Converter:
         self.ref_siblings_apply = not (isinstance(draft, str) and
                                        re.search(r"draft-0[3-7]/schema", draft) is not None)
         self.cache: Dict[Any, Any] = {}  # shared pieces: regex grammars/DFAs/bodies, units, numbers
+        self.one_of_cache: Dict[int, Tuple[list, Optional[list]]] = {}  # see disjoint_one_of
 
     # -- rules
     def new_rule(self, hint: str) -> str:
@@ -572,6 +576,13 @@ class _Converter:
             Repeat(Sequence((CharClass(((ord("e"), ord("e")), (ord("E"), ord("E")))),
                              Repeat(CharClass(((ord("+"), ord("+")), (ord("-"), ord("-")))), 0, 1),
                              digits)), 0, 1))))
+
+    def fraction_rule(self) -> RuleRef:
+        """A number with a non-zero digit after the point and no exponent: not an integer.
+        ``"0"* [1-9]`` fixes which non-zero digit is the first, so the rule is unambiguous."""
+        return self.helper("json_fraction", lambda: Sequence((
+            self.integer_rule(), _lit("."), Repeat(_lit("0"), 0, None),
+            CharClass(((0x31, 0x39),)), Repeat(CharClass(((0x30, 0x39),)), 0, None))))
 
     def any_value(self, depth: int) -> Maybe:
         key = self.fmt.depth_key(depth)
@@ -683,24 +694,17 @@ class _Converter:
                 if not isinstance(subs, list) or not subs:
                     raise GrammarError(f"'{keyword}' at {ptr} must be a non-empty list")
                 del siblings[keyword]
-                if keyword == "oneOf" and self.exclusive_required(subs) is not None:
-                    keyword, subs = "anyOf", self.exclusive_required(subs)
+                if keyword == "oneOf":
+                    # Decided on the branches as written: with siblings S, "S and exactly one
+                    # b_i" is anyOf_i(S and b_i and not b_j), so the complements needed are the
+                    # branches' own, not those of the branches merged with S.
+                    disjoint = self.disjoint_one_of(subs, ptr)
+                    if disjoint is None:
+                        self.relax_one_of(ptr)
+                    keyword, subs = "anyOf", subs if disjoint is None else disjoint
                 if self.asserts(siblings):
-                    # allOf(siblings, anyOf(b...)) == anyOf(allOf(siblings, b)...); the same holds
-                    # for oneOf: exactly one merged branch holds iff the siblings and exactly one
-                    # branch hold.
+                    # allOf(siblings, anyOf(b...)) == anyOf(allOf(siblings, b)...)
                     return self.schema(self.merge(siblings, {keyword: subs}, ptr), ptr, depth)
-                if keyword == "oneOf" and not self.provably_disjoint(subs):
-                    exclusive = self.exclusive_branches(subs, ptr)
-                    if exclusive is not None:
-                        return _alt(*[self.schema(s, f"{ptr}/oneOf/{i}", depth)
-                                      for i, s in enumerate(exclusive)])
-                    if not self.strict:  # JSON-Schema-compliant mode: no relaxation
-                        raise GrammarError(f"unsupported keyword 'oneOf' at {ptr}: its branches may "
-                                           f"overlap and their complements are not expressible")
-                    warnings.warn(f"oneOf at {ptr} compiled as anyOf: its branches are not provably "
-                                  f"disjoint, and their complements are not expressible",
-                                  JsonSchemaRelaxationWarning, stacklevel=3)
                 branches = [self.schema(s, f"{ptr}/{keyword}/{i}", depth) for i, s in enumerate(subs)]
                 return _alt(*branches)
         if "enum" in siblings or "const" in siblings:
@@ -711,9 +715,12 @@ class _Converter:
         for keyword, value in schema.items():
             if keyword in UNSUPPORTED:
                 raise GrammarError(f"unsupported keyword '{keyword}' at {ptr}")
-            if keyword in ("$id", "id") and ptr != "#" and isinstance(value, str) and self.uses_refs:
-                # A nested base URI changes what '#/...' refers to inside it.
-                raise GrammarError(f"unsupported keyword '{keyword}' at {ptr}")
+            if keyword in ("$id", "id") and ptr != "#" and isinstance(value, str) and self.uses_refs \
+                    and not value.startswith("#") and '"$ref"' in json.dumps(schema):
+                # A nested base URI changes what the '#/...' refs inside it refer to; without a
+                # ref below it (or as a plain '#name' anchor) it changes nothing gxg resolves.
+                raise GrammarError(f"unsupported keyword '{keyword}' at {ptr}: a base URI for the "
+                                   f"$ref inside it")
             if keyword == "uniqueItems" and value is True:
                 # Relaxing it would accept arrays with repeated items, which real test suites
                 # check; a context-free grammar cannot compare items.
@@ -867,25 +874,30 @@ class _Converter:
             return True
         branches: List[Any] = []
         rest = dict(flat)
+
+        def combinator_complement(combinator: str, subs: list) -> List[Any]:
+            if combinator == "oneOf" and not self.provably_disjoint(subs):
+                raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of a "
+                                   f"oneOf whose branches may overlap")
+            every: Any = {}
+            for i, sub in enumerate(subs):  # not anyOf(a, b) == allOf(not a, not b)
+                every = self.merge2(every, self.negate(sub, f"{ptr}/{combinator}/{i}", budget),
+                                    ptr, budget)
+            return [every]
+
         for combinator in ("anyOf", "oneOf"):
             if combinator in rest:
                 subs = rest.pop(combinator)
-                if combinator == "oneOf" and not self.provably_disjoint(subs):
-                    raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of a "
-                                       f"oneOf whose branches may overlap")
-                every: Any = {}
-                for i, sub in enumerate(subs):  # not anyOf(a, b) == allOf(not a, not b)
-                    every = self.merge2(every, self.negate(sub, f"{ptr}/{combinator}/{i}", budget),
-                                        ptr, budget)
-                branches.append(every)
+                branches.extend(combinator_complement(combinator, subs))
         if "type" in rest:
             kinds = self.merged_types(rest.pop("type"), list(JSON_TYPES), ptr)
-            if "integer" in kinds and "number" not in kinds:
-                raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of type "
-                                   f"integer (numbers with a fraction) is not supported")
-            others = [t for t in JSON_TYPES if t not in kinds]
+            integer_only = "integer" in kinds and "number" not in kinds
+            others = [t for t in JSON_TYPES if t not in kinds and not (integer_only and t == "number")]
             if others:
                 branches.append({"type": others})
+            if integer_only:
+                # numbers that are not integers; narrowed to fractions without exponent
+                branches.append({"type": "number", "x-gxg-fraction": True})
         if "enum" in rest or "const" in rest:
             values = rest.pop("enum") if "enum" in rest else [rest["const"]]
             if "const" in rest:
@@ -981,6 +993,9 @@ class _Converter:
             return [{"type": "array", "items": negated}]  # every item violates it (or none exist)
         if keyword == "uniqueItems" and value is False:
             return []
+        if keyword == "x-gxg-fraction":  # its language is narrowed: the complement would widen
+            raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of 'not' "
+                               f"of type integer")
         raise refuse()
 
     def merge(self, a: Any, b: Any, ptr: str) -> Any:
@@ -1003,12 +1018,18 @@ class _Converter:
                     base = self.merge2(rest, other, ptr, budget)
                     if base is False:
                         return False
+                    branches, kind = one[keyword], keyword
+                    if keyword == "oneOf" and isinstance(branches, list) and branches:
+                        # exclusivity decided on the branches as written (see schema())
+                        disjoint = self.disjoint_one_of(branches, ptr)
+                        if disjoint is not None:
+                            branches, kind = disjoint, "anyOf"
                     merged = [self.merge2(base, branch, f"{ptr}/{keyword}/{i}", budget)
-                              for i, branch in enumerate(one[keyword])]
+                              for i, branch in enumerate(branches)]
                     # A branch that became unsatisfiable can never hold (nor be oneOf's "the
                     # one"), so dropping it keeps the meaning.
                     kept = [m for m in merged if m is not False]
-                    return {keyword: kept} if kept else False
+                    return {kind: kept} if kept else False
         out: Dict[str, Any] = {}
         object_keys = ("properties", "additionalProperties", "patternProperties")
         array_keys = ("items", "prefixItems", "additionalItems")
@@ -1228,11 +1249,15 @@ class _Converter:
         """maxLength / maxItems / maxProperties for the grammar. Each allowed count is its own
         chain of automaton states whose token masks are all computed at compile time (about
         10 ms each with a 150k vocabulary), so a bound above MAX_EXACT_BOUND is refused rather
-        than compiled for minutes (relaxing it would accept what real test suites reject)."""
+        than compiled for minutes: a bound above it is relaxed (not enforced), announced with a
+        ``JsonSchemaRelaxationWarning`` — the keyword only narrows the language, and a document
+        that long is beyond what a decoding budget produces."""
         bound = self.count(schema, keyword, ptr, None)
         if bound is not None and bound > MAX_EXACT_BOUND:
-            raise GrammarError(f"unsupported keyword '{keyword}' at {ptr}: {bound} is above "
-                               f"{MAX_EXACT_BOUND}, the largest bound compiled exactly")
+            warnings.warn(f"{keyword} at {ptr} is not enforced: {bound} is above "
+                          f"{MAX_EXACT_BOUND}, the largest bound compiled exactly",
+                          JsonSchemaRelaxationWarning, stacklevel=4)
+            return None
         return bound
 
     def typed(self, schema: dict, type_name: str, ptr: str, depth: int) -> Maybe:
@@ -1242,6 +1267,13 @@ class _Converter:
             return Choice((_lit("true"), _lit("false")))
         if type_name in ("integer", "number"):
             bounds = {k: schema[k] for k in NUMERIC_BOUNDS if k in schema}
+            if schema.get("x-gxg-fraction"):
+                if type_name == "integer":
+                    return None
+                if bounds:
+                    raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of type "
+                                       f"integer together with {', '.join(sorted(bounds))}")
+                return self.fraction_rule()
             if not bounds:
                 return self.integer_rule() if type_name == "integer" else self.number_rule()
             return self.number_language(type_name == "integer", bounds, ptr)
@@ -1457,6 +1489,8 @@ class _Converter:
             for keyword, check in checks.items():
                 if keyword in rest and not check(_decimal(rest[keyword])):
                     return False
+            if rest.get("x-gxg-fraction") and number % 1 == 0:
+                return False
         if kind == "array":
             if not self.within(len(value), rest, "minItems", "maxItems", ptr):
                 return False
@@ -1964,6 +1998,30 @@ class _Converter:
         return [{"type": "object", "required": [name],
                  "properties": {other: False for other in names if other != name}}
                 for name in names]
+
+    def disjoint_one_of(self, branches: list, ptr: str) -> Optional[list]:
+        """``oneOf(branches)`` as anyOf branches that no value satisfies two of (same instances),
+        or None when exclusivity is not expressible. Cached per branch list (merges meet the
+        same oneOf many times; the cache keeps the list alive so its id stays unique)."""
+        cached = self.one_of_cache.get(id(branches))
+        if cached is not None and cached[0] is branches:
+            return cached[1]
+        if self.exclusive_required(branches) is not None:
+            result = self.exclusive_required(branches)
+        elif self.provably_disjoint(branches):
+            result = branches
+        else:
+            result = self.exclusive_branches(branches, ptr)
+        self.one_of_cache[id(branches)] = (branches, result)
+        return result
+
+    def relax_one_of(self, ptr: str) -> None:
+        """A oneOf whose exclusivity is not expressible is compiled as anyOf, in both modes (the
+        issue's rule, and XGrammar's): the grammar then also accepts a value that satisfies two
+        branches. Announced with a ``JsonSchemaRelaxationWarning``."""
+        warnings.warn(f"oneOf at {ptr} compiled as anyOf: its branches are not provably "
+                      f"disjoint, and their complements are not expressible",
+                      JsonSchemaRelaxationWarning, stacklevel=4)
 
     def exclusive_branches(self, branches: list, ptr: str) -> Optional[list]:
         """``oneOf(b_1..b_k)`` as disjoint anyOf branches ``b_i and not b_j (j != i)``, or None
