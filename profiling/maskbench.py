@@ -600,6 +600,17 @@ def rows_path(out: Path, engine: str) -> Path:
     return out.with_name(f"{out.stem}.{engine}.rows.jsonl")
 
 
+def as_refused(row: dict, text: str) -> dict:
+    """``row`` as a build that raises where this one warned ``text`` would have it."""
+    warned = [w for w in row.get("warnings", []) if text in w]
+    if not warned:
+        return row
+    return dict(row, status="compile_error", message=f"GrammarError (counted): {warned[0]}",
+                tokens=0, validation_errors=[], invalidation_errors=[], inconsistencies=[],
+                runtime_limits=[], tbm_us=[], compile_ms=None, ttfm_ms=None,
+                compile_cpu_ms=None, ttfm_cpu_ms=None)
+
+
 def load_rows(path: Path) -> Dict[str, dict]:
     done: Dict[str, dict] = {}
     if path.is_file():
@@ -655,6 +666,11 @@ def main() -> None:
     parser.add_argument("--summarize-only", action="store_true",
                         help="with --resume: run nothing, summarise the files every listed "
                              "engine has rows for (merging sharded runs)")
+    parser.add_argument("--count-as-refused", default=None, metavar="TEXT",
+                        help="with --summarize-only: gxg rows with a warning containing TEXT "
+                             "count as compile errors (what a build that raises instead of "
+                             "warning there gives, e.g. 'compiled as anyOf' for the default "
+                             "coerce_one_of=None of the compliant mode)")
     args = parser.parse_args()
 
     names = [e.strip() for e in args.engines.split(",") if e.strip()]
@@ -687,6 +703,10 @@ def main() -> None:
             rows_path(args.out, name).unlink(missing_ok=True)
     if args.summarize_only:
         files = [p for p in files if all(p.name in done[n] for n in names)]
+        if args.count_as_refused:
+            for name in names:
+                if name.startswith("gxg"):
+                    done[name] = {f: as_refused(row, args.count_as_refused) for f, row in done[name].items()}
     engines: Dict[str, object] = {}
     wall = {name: 0.0 for name in names}
     hf = vocabularies.qwen_tokenizer()

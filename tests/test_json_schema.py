@@ -395,14 +395,22 @@ def test_each_referenced_schema_is_one_rule():
     assert sum(name.startswith("ref_p") for name in names) == 1
 
 
-@pytest.mark.parametrize("strict_mode", [True, False])
-def test_overlapping_one_of_warns_and_is_any_of_in_both_modes(strict_mode):
-    # the complement of multipleOf is not expressible, so exclusivity is not either
-    schema = {"oneOf": [{"type": "integer", "multipleOf": 2}, {"type": "integer", "multipleOf": 3}]}
+# the complement of multipleOf is not expressible, so exclusivity is not either
+OVERLAPPING_ONE_OF = {"oneOf": [{"type": "integer", "multipleOf": 2}, {"type": "integer", "multipleOf": 3}]}
+
+
+@pytest.mark.parametrize("options", [{}, {"strict_mode": True}, {"strict_mode": False, "coerce_one_of": True}])
+def test_overlapping_one_of_warns_and_is_any_of_when_coerced(options):
     with pytest.warns(JsonSchemaRelaxationWarning, match="oneOf at # compiled as anyOf"):
-        grammar = json_schema_to_grammar(schema, strict_mode=strict_mode)
+        grammar = json_schema_to_grammar(OVERLAPPING_ONE_OF, **options)
     assert grammar_accepts(grammar, "6")  # valid for both branches: the schema forbids it
     assert grammar_accepts(grammar, "4") and not grammar_accepts(grammar, "5")
+
+
+@pytest.mark.parametrize("options", [{"strict_mode": False}, {"strict_mode": True, "coerce_one_of": False}])
+def test_overlapping_one_of_is_refused_by_name_unless_coerced(options):
+    with pytest.raises(GrammarError, match="unsupported keyword 'oneOf' at #: .*coerce_one_of=True"):
+        json_schema_to_grammar(OVERLAPPING_ONE_OF, **options)
 
 
 @pytest.mark.parametrize("document, expected", [

@@ -210,11 +210,12 @@ class Grammar:
     @staticmethod
     def from_json_schema(schema, *, any_whitespace: bool = True, indent=None, separators=None,
                          strict_mode: bool = True, max_whitespace_cnt=None,
-                         any_order: bool = False) -> "Grammar":
+                         any_order: bool = False, coerce_one_of=None) -> "Grammar":
         from gxg.grammar.json_schema import json_schema_to_grammar
         return json_schema_to_grammar(schema, any_whitespace=any_whitespace, indent=indent,
                                       separators=separators, strict_mode=strict_mode,
-                                      max_whitespace_cnt=max_whitespace_cnt, any_order=any_order)
+                                      max_whitespace_cnt=max_whitespace_cnt, any_order=any_order,
+                                      coerce_one_of=coerce_one_of)
 
     @staticmethod
     def builtin_json_grammar() -> "Grammar":

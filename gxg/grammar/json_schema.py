@@ -2,7 +2,8 @@
 written with XGrammar's formatting options.
 
 In:  ``json_schema_to_grammar(schema, *, any_whitespace=True, indent=None, separators=None,
-     strict_mode=True, max_whitespace_cnt=None, any_order=False)``; ``schema`` is a dict, a
+     strict_mode=True, max_whitespace_cnt=None, any_order=False, coerce_one_of=None)``;
+     ``schema`` is a dict, a
      bool, a JSON string, or a Pydantic model class (its ``model_json_schema()``).
 Out: a ``Grammar`` (root rule ``root``). A schema that cannot be honoured exactly raises
      ``GrammarError`` naming the keyword and the JSON pointer of the subschema, e.g.
@@ -22,6 +23,8 @@ some valid documents; each such narrowing is listed here:
   any order, except that an object with more than ``MAX_ANY_ORDER_REQUIRED`` required members
   keeps those in their relative schema order;
 * integers are written without fraction or exponent (``1.0`` is an integer for JSON Schema);
+  the complement of type integer (``not``, and oneOf branches that exclude integers) is a number
+  with a non-zero fraction digit and no exponent (``15e-1`` is left out);
   bounded numbers: see ``gxg.grammar.json_numbers`` for the exponent forms refused;
 * ``enum`` / ``const`` values: numbers are accepted in the spelling ``json.dumps`` gives them
   (plus ``1`` / ``1.0`` for integral values), object members in the schema's order; strings in
@@ -44,13 +47,22 @@ appear twice. Every occurrence is checked against its schema, so the value ``jso
 one way a document with duplicate names can pass a check it should fail; say so to users who
 count on minProperties). Required members appear once.
 
-Relaxations (the grammar may accept documents the schema forbids) — only with
-``strict_mode=True`` (XGrammar's default, which also treats oneOf as anyOf), announced with a
-``JsonSchemaRelaxationWarning``; with ``strict_mode=False`` the same schemas raise a
-``GrammarError`` naming ``oneOf`` instead: ``oneOf`` is compiled as ``anyOf`` when its branches are neither provably
-disjoint (disjoint JSON types, disjoint ``const``/``enum`` values, a required property whose
-``const``/``enum`` values differ, or one distinct required name each) nor expressible exactly as
-``b_i and not b_j`` for all j != i (which needs every branch's complement, see ``not``).
+Relaxations (the grammar may accept documents the schema forbids), each announced with a
+``JsonSchemaRelaxationWarning`` naming the keyword and its JSON pointer:
+
+* ``oneOf`` is compiled as ``anyOf`` when its branches are neither provably disjoint (disjoint
+  JSON types, disjoint ``const``/``enum`` values, a required property whose ``const``/``enum``
+  values differ, or one distinct required name each) nor expressible exactly as
+  ``b_i and not b_j`` for all j != i (which needs every branch's complement, see ``not``; the
+  branches are taken as written, siblings of the oneOf are intersected afterwards) — only with
+  ``coerce_one_of=True``, which defaults to ``strict_mode`` (XGrammar's default mode treats
+  oneOf as anyOf; the compliant mode, ``strict_mode=False``, raises a ``GrammarError`` naming
+  ``oneOf`` unless ``coerce_one_of=True`` is passed);
+* ``maxLength``, ``maxItems`` and ``maxProperties`` above ``MAX_EXACT_BOUND`` (2048) are not
+  enforced, in both modes: they only narrow the language, a value that long is beyond a decoding
+  budget, and each allowed count would be a chain of automaton states whose token masks are
+  precomputed (about 10 ms each with a 150k vocabulary; a counted repeat in the runtime would
+  lift this).
 
 Options (XGrammar's, reference §3.1): ``any_whitespace=True`` allows ``[ \\n\\r\\t]*`` (at most
 ``max_whitespace_cnt`` characters) between tokens and none around the root; the separators
@@ -80,12 +92,8 @@ languages "matches exactly these patterns"), ``propertyNames``, ``minProperties`
 too; each referenced schema becomes one rule). Ignored: the annotations ``title description
 default examples $schema $comment deprecated readOnly writeOnly contentEncoding
 contentMediaType contentSchema $anchor $dynamicAnchor``, ``$id`` / ``id`` of the root (and of
-subschemas when the schema has no ``$ref``), ``$defs`` / ``definitions``, and keys that are no
-JSON Schema keyword. Refused (GrammarError naming them): ``maxLength``, ``maxItems`` and
-``maxProperties`` above ``MAX_EXACT_BOUND`` (2048: each allowed count is a chain of automaton
-states whose token masks are precomputed, about 10 ms each with a 150k vocabulary, so
-``maxLength: 1024`` compiles in about 10 s; a counted repeat in the runtime would lift this),
-``uniqueItems: true`` (a context-free
+subschemas with no ``$ref`` below them, or that are ``#name`` anchors), ``$defs`` / ``definitions``, and keys that are no
+JSON Schema keyword. Refused (GrammarError naming them): ``uniqueItems: true`` (a context-free
 grammar cannot compare items; ignoring it would accept repeated items), ``minContains``,
 ``maxContains``, ``$dynamicRef``, ``$recursiveRef``, draft-03 keywords.
 
@@ -508,11 +516,13 @@ def _resolve_pointer(root: Any, ref: str, where: str) -> Tuple[Any, str]:
 
 
 class _Converter:
-    def __init__(self, root: Any, fmt: _Format, strict_mode: bool, any_order: bool = False):
+    def __init__(self, root: Any, fmt: _Format, strict_mode: bool, any_order: bool = False,
+                 coerce_one_of: bool = True):
         self.root = root
         self.fmt = fmt
         self.strict = strict_mode
         self.any_order = any_order
+        self.coerce_one_of = coerce_one_of  # an inexpressible oneOf: anyOf (warned) or refused
         self.rules: Dict[str, Optional[Expr]] = {}
         self.ref_rules: Dict[Tuple[str, int], str] = {}
         self.rule_pointer: Dict[str, str] = {}
@@ -2016,9 +2026,15 @@ class _Converter:
         return result
 
     def relax_one_of(self, ptr: str) -> None:
-        """A oneOf whose exclusivity is not expressible is compiled as anyOf, in both modes (the
-        issue's rule, and XGrammar's): the grammar then also accepts a value that satisfies two
-        branches. Announced with a ``JsonSchemaRelaxationWarning``."""
+        """A oneOf whose exclusivity is not expressible is compiled as anyOf with
+        ``coerce_one_of`` (the default with ``strict_mode=True``, as XGrammar does): the grammar
+        then also accepts a value that satisfies two branches, announced with a
+        ``JsonSchemaRelaxationWarning``. Otherwise (the default of the compliant mode) it is
+        refused naming 'oneOf'."""
+        if not self.coerce_one_of:
+            raise GrammarError(f"unsupported keyword 'oneOf' at {ptr}: its branches may overlap "
+                               f"and their complements are not expressible (coerce_one_of=True "
+                               f"compiles it as anyOf)")
         warnings.warn(f"oneOf at {ptr} compiled as anyOf: its branches are not provably "
                       f"disjoint, and their complements are not expressible",
                       JsonSchemaRelaxationWarning, stacklevel=4)
@@ -2088,13 +2104,15 @@ def _load_schema(schema: Any) -> Any:
 
 def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: Optional[int] = None,
                            separators: Optional[Tuple[str, str]] = None, strict_mode: bool = True,
-                           max_whitespace_cnt: Optional[int] = None, any_order: bool = False) -> Grammar:
+                           max_whitespace_cnt: Optional[int] = None, any_order: bool = False,
+                           coerce_one_of: Optional[bool] = None) -> Grammar:
     """The Grammar of the JSON documents that satisfy ``schema`` (see the module docstring)."""
     root = _load_schema(schema)
     if root is False:
         raise GrammarError("schema 'false' at # matches nothing")
     fmt = _make_format(any_whitespace, indent, separators, max_whitespace_cnt)
-    converter = _Converter(root, fmt, strict_mode, any_order)
+    converter = _Converter(root, fmt, strict_mode, any_order,
+                           strict_mode if coerce_one_of is None else bool(coerce_one_of))
     # The converter recurses along the schema (refs, properties, items): large real schemas
     # nest a few hundred levels, each a handful of frames. Raised for this call only.
     limit = sys.getrecursionlimit()
