@@ -894,3 +894,13 @@ def test_nested_id_with_a_ref_below_is_refused_by_name():
               "properties": {"a": {"$ref": "#/definitions/n"}}}
     with pytest.raises(GrammarError, match="unsupported keyword 'id' at #/definitions/n"):
         json_schema_to_grammar(schema)
+
+
+def test_equal_string_bounds_share_one_rule():
+    bounded = {"type": "string", "minLength": 1, "maxLength": 40}
+    schema = {"type": "object", "properties": {"a": bounded, "b": bounded, "c": dict(bounded, maxLength=41)}}
+    grammar = grammar_for(schema)
+    assert sum(name.startswith("string_bounded") for name in grammar.rule_names) == 2
+    assert grammar_accepts(grammar, '{"a":"' + "x" * 40 + '","b":"y","c":"' + "z" * 41 + '"}')
+    assert not grammar_accepts(grammar, '{"a":"' + "x" * 41 + '"}')
+    assert not grammar_accepts(grammar, '{"b":""}')

@@ -1327,7 +1327,14 @@ class _Converter:
         if not regexes and not excluded:
             if lo == 0 and hi is None:
                 return self.string_rule()
-            return Sequence((_lit('"'), Repeat(_unit(_ALL), lo, hi), _lit('"')))
+            # One rule per (minLength, maxLength): a schema repeats the same bounds on many
+            # properties, and each inline copy is hi units' worth of automaton nodes whose token
+            # masks the compiler computes again. The units stay inline inside the rule.
+            key = ("bounded_string", lo, hi)
+            if key not in self.cache:
+                self.cache[key] = self.share(
+                    Sequence((_lit('"'), Repeat(_unit(_ALL), lo, hi), _lit('"'))), "string_bounded")
+            return self.cache[key]
         if not excluded and lo == 0 and hi is None and len(regexes) == 1 and not regexes[0][2]:
             regex, search, _, keyword = regexes[0]
             return _seq(_lit('"'), self.regex_body(regex, search, keyword, ptr), _lit('"'))
