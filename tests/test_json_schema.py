@@ -503,7 +503,7 @@ def test_schema_as_json_string_and_pydantic_model():
     ({"items": {"type": "array", "minContains": 1}}, "'minContains' at #/items"),
     ({"not": {"multipleOf": 2}}, "unsupported keyword 'not' at #/not"),
     ({"not": {"additionalProperties": False}}, "unsupported keyword 'not' at #/not"),
-    ({"not": {"not": {"type": "integer"}}}, "unsupported keyword 'not' at #/not"),
+    ({"not": {"not": {"type": "integer"}, "minimum": 1}}, "the complement of 'not' of type integer"),
     ({"not": {"type": "integer", "minimum": 0}, "type": "number", "maximum": 5},
      "the complement of type integer together with"),
     ({"not": {"enum": [[1]]}}, "unsupported keyword 'not' at #/not"),
@@ -904,3 +904,16 @@ def test_equal_string_bounds_share_one_rule():
     assert grammar_accepts(grammar, '{"a":"' + "x" * 40 + '","b":"y","c":"' + "z" * 41 + '"}')
     assert not grammar_accepts(grammar, '{"a":"' + "x" * 41 + '"}')
     assert not grammar_accepts(grammar, '{"b":""}')
+
+
+@pytest.mark.parametrize("schema, document, expected", [
+    # not (not x) is x, also where x's complement is not expressible
+    ({"not": {"not": {"multipleOf": 3}}}, "9", True),
+    ({"not": {"not": {"multipleOf": 3}}}, "10", False),
+    ({"not": {"not": {"type": "object", "additionalProperties": False}}}, '{"a":1}', False),
+    ({"not": {"not": {"type": "object", "additionalProperties": False}}}, "{}", True),
+    ({"allOf": [{"type": "integer"}, {"not": {"not": {"minimum": 5}}}]}, "4", False),
+    ({"allOf": [{"type": "integer"}, {"not": {"not": {"minimum": 5}}}]}, "5", True),
+])
+def test_double_negation_is_the_schema_itself(schema, document, expected):
+    assert accepts(schema, document) is expected

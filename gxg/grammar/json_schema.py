@@ -879,6 +879,9 @@ class _Converter:
         complements; a keyword that constrains one type is satisfied by every other type, so its
         complement holds only values of that type. Raises naming 'not' where the complement is
         not expressible here (e.g. multipleOf, uniqueItems, items)."""
+        if isinstance(schema, dict) and "not" in schema and \
+                not self.asserts({k: v for k, v in schema.items() if k != "not"}):
+            return schema["not"]  # not (not x) == x: exact, where negating twice may not be
         flat = self.normal(schema, ptr, budget)
         if flat is False:
             return True
