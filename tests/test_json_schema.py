@@ -917,3 +917,25 @@ def test_equal_string_bounds_share_one_rule():
 ])
 def test_double_negation_is_the_schema_itself(schema, document, expected):
     assert accepts(schema, document) is expected
+
+
+@pytest.mark.parametrize("schema, document, expected", [
+    # '#name' refs: a draft-04 'id', a draft-06/07 '$id', or a 2019+ '$anchor'
+    ({"definitions": {"n": {"id": "#count", "type": "integer"}},
+      "type": "array", "items": {"$ref": "#count"}}, "[1,2]", True),
+    ({"definitions": {"n": {"id": "#count", "type": "integer"}},
+      "type": "array", "items": {"$ref": "#count"}}, '["x"]', False),
+    ({"$defs": {"n": {"$anchor": "word", "type": "string"}}, "$ref": "#word"}, '"w"', True),
+    ({"$defs": {"n": {"$id": "#word", "type": "string"}}, "$ref": "#word"}, "1", False),
+])
+def test_anchor_refs_resolve(schema, document, expected):
+    assert accepts(schema, document) is expected
+
+
+@pytest.mark.parametrize("schema, message", [
+    ({"$ref": "#missing"}, "does not resolve"),
+    ({"$defs": {"a": {"$anchor": "x"}, "b": {"$anchor": "x"}}, "$ref": "#x"}, "names more than one subschema"),
+])
+def test_anchor_refs_that_do_not_name_one_subschema_are_errors(schema, message):
+    with pytest.raises(GrammarError, match=message):
+        json_schema_to_grammar(schema)

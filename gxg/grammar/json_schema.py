@@ -88,7 +88,7 @@ complement of ``items`` is written). Objects: ``properties``, ``required``, ``ad
 languages "matches exactly these patterns"), ``propertyNames``, ``minProperties``,
 ``maxProperties``, ``unevaluatedProperties``, ``dependentRequired``, ``dependentSchemas``,
 ``dependencies``. Combinators: ``anyOf``, ``oneOf``, ``allOf``, ``not``, ``if``/``then``/``else``,
-``$ref`` (``#`` and ``#/...`` JSON pointers, percent- and ``~0``/``~1``-escaped, recursive ones
+``$ref`` (``#`` and ``#/...`` JSON pointers, percent- and ``~0``/``~1``-escaped, ``#name`` anchors declared by an ``id``/``$id``/``$anchor``, recursive ones
 too; each referenced schema becomes one rule). Ignored: the annotations ``title description
 default examples $schema $comment deprecated readOnly writeOnly contentEncoding
 contentMediaType contentSchema $anchor $dynamicAnchor``, ``$id`` / ``id`` of the root (and of
@@ -496,8 +496,11 @@ def _escape_token(token: str) -> str:
 def _resolve_pointer(root: Any, ref: str, where: str) -> Tuple[Any, str]:
     if ref == "#":
         return root, "#"
+    if ref.startswith("#") and not ref.startswith("#/"):
+        return _resolve_anchor(root, ref, where)
     if not ref.startswith("#/"):
-        raise GrammarError(f"unsupported $ref {ref!r} at {where}: only '#' and '#/...' pointers")
+        raise GrammarError(f"unsupported $ref {ref!r} at {where}: only '#', '#/...' pointers and "
+                           f"'#name' anchors")
     node = root
     tokens = []
     for raw in ref[2:].split("/"):
@@ -510,6 +513,29 @@ def _resolve_pointer(root: Any, ref: str, where: str) -> Tuple[Any, str]:
         else:
             raise GrammarError(f"$ref {ref!r} at {where} does not resolve")
     return node, "#/" + "/".join(_escape_token(t) for t in tokens)
+
+
+def _resolve_anchor(root: Any, ref: str, where: str) -> Tuple[Any, str]:
+    """``#name``: the one subschema declaring it, as a draft-04/06/07 ``id``/``$id`` of
+    ``#name`` or a 2019+ ``$anchor: name`` (values of enum/const/examples are data, not
+    searched)."""
+    name = unquote(ref[1:])
+    found: List[Tuple[Any, str]] = []
+    todo: List[Tuple[Any, str]] = [(root, "#")]
+    while todo:
+        node, pointer = todo.pop()
+        if isinstance(node, dict):
+            if node.get("id") == ref or node.get("$id") == ref or node.get("$anchor") == name:
+                found.append((node, pointer))
+            for key, value in node.items():
+                if key not in ("enum", "const", "examples", "default"):
+                    todo.append((value, f"{pointer}/{_escape_token(key)}"))
+        elif isinstance(node, list):
+            todo.extend((value, f"{pointer}/{i}") for i, value in enumerate(node))
+    if len(found) != 1:
+        raise GrammarError(f"$ref {ref!r} at {where} "
+                           f"{'does not resolve' if not found else 'names more than one subschema'}")
+    return found[0]
 
 
 # ----------------------------------------------------------------------------- the converter
