@@ -3,8 +3,8 @@ written with XGrammar's formatting options.
 
 In:  ``json_schema_to_grammar(schema, *, any_whitespace=True, indent=None, separators=None,
      strict_mode=True, max_whitespace_cnt=None, any_order=False, coerce_one_of=None)``;
-     ``schema`` is a dict, a
-     bool, a JSON string, or a Pydantic model class (its ``model_json_schema()``).
+     ``schema`` is a dict, a bool, a JSON string, or a Pydantic model class (its
+     ``model_json_schema()``).
 Out: a ``Grammar`` (root rule ``root``). A schema that cannot be honoured exactly raises
      ``GrammarError`` naming the keyword and the JSON pointer of the subschema, e.g.
      ``unsupported keyword 'contains' at #/properties/tags``.
@@ -88,14 +88,16 @@ complement of ``items`` is written). Objects: ``properties``, ``required``, ``ad
 languages "matches exactly these patterns"), ``propertyNames``, ``minProperties``,
 ``maxProperties``, ``unevaluatedProperties``, ``dependentRequired``, ``dependentSchemas``,
 ``dependencies``. Combinators: ``anyOf``, ``oneOf``, ``allOf``, ``not``, ``if``/``then``/``else``,
-``$ref`` (``#`` and ``#/...`` JSON pointers, percent- and ``~0``/``~1``-escaped, ``#name`` anchors declared by an ``id``/``$id``/``$anchor``, recursive ones
-too; each referenced schema becomes one rule). Ignored: the annotations ``title description
+``$ref`` (``#`` and ``#/...`` JSON pointers, percent- and ``~0``/``~1``-escaped, ``#name``
+anchors declared by an ``id``/``$id``/``$anchor``, recursive ones too; each referenced schema
+becomes one rule). Ignored: the annotations ``title description
 default examples $schema $comment deprecated readOnly writeOnly contentEncoding
 contentMediaType contentSchema $anchor $dynamicAnchor``, ``$id`` / ``id`` of the root (and of
-subschemas with no ``$ref`` below them, or that are ``#name`` anchors), ``$defs`` / ``definitions``, and keys that are no
-JSON Schema keyword. Refused (GrammarError naming them): ``uniqueItems: true`` (a context-free
-grammar cannot compare items; ignoring it would accept repeated items), ``minContains``,
-``maxContains``, ``$dynamicRef``, ``$recursiveRef``, draft-03 keywords.
+subschemas with no ``$ref`` below them, or that are ``#name`` anchors), ``$defs`` /
+``definitions``, and keys that are no JSON Schema keyword. Refused (GrammarError naming them):
+``uniqueItems: true`` (a context-free grammar cannot compare items; ignoring it would accept
+repeated items), ``minContains``, ``maxContains``, ``$dynamicRef``, ``$recursiveRef``, draft-03
+keywords.
 
 How the combinators compile. ``allOf`` (and ``$ref``, ``anyOf``, ``oneOf`` with sibling
 assertions, which mean allOf of the siblings and the keyword, as in 2020-12; when the root's
@@ -560,7 +562,6 @@ class _Converter:
         self.ref_siblings_apply = not (isinstance(draft, str) and
                                        re.search(r"draft-0[3-7]/schema", draft) is not None)
         self.cache: Dict[Any, Any] = {}  # shared pieces: regex grammars/DFAs/bodies, units, numbers
-        self.one_of_cache: Dict[int, Tuple[list, Optional[list]]] = {}  # see disjoint_one_of
 
     # -- rules
     def new_rule(self, hint: str) -> str:
@@ -913,21 +914,17 @@ class _Converter:
             return True
         branches: List[Any] = []
         rest = dict(flat)
-
-        def combinator_complement(combinator: str, subs: list) -> List[Any]:
-            if combinator == "oneOf" and not self.provably_disjoint(subs):
-                raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of a "
-                                   f"oneOf whose branches may overlap")
-            every: Any = {}
-            for i, sub in enumerate(subs):  # not anyOf(a, b) == allOf(not a, not b)
-                every = self.merge2(every, self.negate(sub, f"{ptr}/{combinator}/{i}", budget),
-                                    ptr, budget)
-            return [every]
-
         for combinator in ("anyOf", "oneOf"):
             if combinator in rest:
                 subs = rest.pop(combinator)
-                branches.extend(combinator_complement(combinator, subs))
+                if combinator == "oneOf" and not self.provably_disjoint(subs):
+                    raise GrammarError(f"unsupported keyword 'not' at {ptr}: the complement of a "
+                                       f"oneOf whose branches may overlap")
+                every: Any = {}
+                for i, sub in enumerate(subs):  # not anyOf(a, b) == allOf(not a, not b)
+                    every = self.merge2(every, self.negate(sub, f"{ptr}/{combinator}/{i}", budget),
+                                        ptr, budget)
+                branches.append(every)
         if "type" in rest:
             kinds = self.merged_types(rest.pop("type"), list(JSON_TYPES), ptr)
             integer_only = "integer" in kinds and "number" not in kinds
@@ -1287,10 +1284,10 @@ class _Converter:
     def upper_bound(self, schema: dict, keyword: str, ptr: str) -> Optional[int]:
         """maxLength / maxItems / maxProperties for the grammar. Each allowed count is its own
         chain of automaton states whose token masks are all computed at compile time (about
-        10 ms each with a 150k vocabulary), so a bound above MAX_EXACT_BOUND is refused rather
-        than compiled for minutes: a bound above it is relaxed (not enforced), announced with a
-        ``JsonSchemaRelaxationWarning`` — the keyword only narrows the language, and a document
-        that long is beyond what a decoding budget produces."""
+        10 ms each with a 150k vocabulary), so rather than compile for minutes a bound above
+        MAX_EXACT_BOUND is not enforced (None), announced with a ``JsonSchemaRelaxationWarning``:
+        the keyword only narrows the language, and a value that long is beyond a decoding
+        budget."""
         bound = self.count(schema, keyword, ptr, None)
         if bound is not None and bound > MAX_EXACT_BOUND:
             warnings.warn(f"{keyword} at {ptr} is not enforced: {bound} is above "
@@ -2048,18 +2045,15 @@ class _Converter:
     def disjoint_one_of(self, branches: list, ptr: str) -> Optional[list]:
         """``oneOf(branches)`` as anyOf branches that no value satisfies two of (same instances),
         or None when exclusivity is not expressible. Cached per branch list (merges meet the
-        same oneOf many times; the cache keeps the list alive so its id stays unique)."""
-        cached = self.one_of_cache.get(id(branches))
-        if cached is not None and cached[0] is branches:
-            return cached[1]
-        if self.exclusive_required(branches) is not None:
+        same oneOf many times; the entry keeps the list alive so its id stays unique)."""
+        key = ("disjoint_one_of", id(branches))
+        if key not in self.cache or self.cache[key][0] is not branches:
             result = self.exclusive_required(branches)
-        elif self.provably_disjoint(branches):
-            result = branches
-        else:
-            result = self.exclusive_branches(branches, ptr)
-        self.one_of_cache[id(branches)] = (branches, result)
-        return result
+            if result is None:
+                result = branches if self.provably_disjoint(branches) else \
+                    self.exclusive_branches(branches, ptr)
+            self.cache[key] = (branches, result)
+        return self.cache[key][1]
 
     def relax_one_of(self, ptr: str) -> None:
         """A oneOf whose exclusivity is not expressible is compiled as anyOf with
