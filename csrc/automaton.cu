@@ -30,6 +30,21 @@
 //                  room differs, and running out of the wide room sets the slot's error.
 //   xg_error_rows  grid B x 128: rows of slots with an error code get the stop tokens only
 //                  (a walk that ran out of room in this fill left its row partial).
+//   xg_budget      grid ceil(V/256) x B, 256 threads: one thread per token id of one slot with
+//                  a token budget (remaining[b] >= 0). An allowed token fits if it is a stop
+//                  token, if D + len * max_rise <= remaining - 1 (D: the largest completion
+//                  distance of the slot's stacks; no walk), or if walking its bytes from some
+//                  top (as xg_uncertain does, BUDGET_STACKS x BUDGET_DEPTH of local room)
+//                  leaves a stack whose distance is at most remaining - 1. Each warp writes
+//                  its 32 answers as one word of ``keep`` (a ballot: no atomics) and flags the
+//                  slot in ``fits`` when one is set. Reads: the row, per walked token its
+//                  bytes and the tables, per surviving stack its pool chain.
+//   xg_budget_apply  grid B x 128: rows of flagged slots become ``keep`` (a subset of the
+//                  row: the fitting tokens); rows with no fitting token stay as they were;
+//                  clears the flags for the next fill. Semantics: ops/reference.py
+//                  restrict_to_budget. A walk that outgrows the local room counts as not
+//                  fitting (a narrowing the CPU reference does not make; it needs more than
+//                  BUDGET_STACKS parallel stacks or BUDGET_DEPTH pushes inside one token).
 // Invariants
 //   * node ids in the state are local to the slot's grammar; table row = node_base + node;
 //   * a parent entry's index is smaller than its child's (compaction keeps order);
@@ -84,14 +99,16 @@
 #define P_PAIR_UNC_HI 45
 #define P_PAIR_ACC_TOKENS 46
 #define P_PAIR_UNC_TOKENS 47
-#define P_WORK 48        // int32 [B, WORK_CAP, 3]   closure work list
-#define P_SEEN 49        // int32 [B, MAX_CLOSURE, 2] visited (node, parent)
-#define P_TOPS_A 50      // int32 [B, K]             tops being built
-#define P_TOPS_B 51      // int32 [B, K]
-#define P_MARK 52        // int32 [B, P]             compaction marks / new indices
-#define P_LIMITS 53      // int32 [8]: P, K, H, MAX_CLOSURE, WORK_CAP, V
-#define P_WIDE_QUEUE 54  // int32 [1 + 3 * WIDE_QUEUE]: walks queued for xg_uncertain_wide
-#define P_WIDE_SPACE 55  // the wide walk's stacks, WIDE_WORKERS x (WIDE_STACKS + WIDE_WORK)
+#define P_NODE_DISTANCE 48
+#define P_GRAMMAR_MAX_RISE 49
+#define P_WORK 50        // int32 [B, WORK_CAP, 3]   closure work list
+#define P_SEEN 51        // int32 [B, MAX_CLOSURE, 2] visited (node, parent)
+#define P_TOPS_A 52      // int32 [B, K]             tops being built
+#define P_TOPS_B 53      // int32 [B, K]
+#define P_MARK 54        // int32 [B, P]             compaction marks / new indices
+#define P_LIMITS 55      // int32 [8]: P, K, H, MAX_CLOSURE, WORK_CAP, V
+#define P_WIDE_QUEUE 56  // int32 [1 + 3 * WIDE_QUEUE]: walks queued for xg_uncertain_wide
+#define P_WIDE_SPACE 57  // the wide walk's stacks, WIDE_WORKERS x (WIDE_STACKS + WIDE_WORK)
 
 #define FLAG_FINAL 1
 #define FLAG_SCANNABLE 2
@@ -584,17 +601,18 @@ __device__ int lane_close(const Slot& s, LaneStack<DEPTH>* work, int count, int 
 // Walk the bytes of token ``sorted`` (sorted-vocabulary index) from the stack whose top is pool
 // entry ``top``. Returns 1 if some stack survives every byte, 0 if none does, -1 if the walk
 // needed more than ``cap`` stacks (``a`` and ``work`` hold cap and 4 * cap) or DEPTH pushes.
+// Walk bytes[lo, hi) from the stack whose top is pool entry ``top``; the surviving stacks are
+// left in a[0, count). Returns count, or -1 if the walk needed more than ``cap`` stacks (``a``
+// and ``work`` hold cap and 4 * cap) or DEPTH pushes.
 template <int DEPTH>
-__device__ int walk_token(const Slot& s, int top, int sorted, LaneStack<DEPTH>* a,
-                          LaneStack<DEPTH>* work, int cap) {
-  const int* token_offsets = ptr<const int>(s.t, P_TOKEN_OFFSETS);
-  const unsigned char* token_bytes = ptr<const unsigned char>(s.t, P_TOKEN_BYTES);
+__device__ int walk_bytes(const Slot& s, int top, const unsigned char* bytes, int lo, int hi,
+                          LaneStack<DEPTH>* a, LaneStack<DEPTH>* work, int cap) {
   int count = 1;
   a[0].depth = 1;
   a[0].below = s.pool_parent[top];
   a[0].nodes[0] = s.pool_node[top];
-  for (int j = token_offsets[sorted]; j < token_offsets[sorted + 1] && count > 0; ++j) {
-    int byte = token_bytes[j];
+  for (int j = lo; j < hi && count > 0; ++j) {
+    int byte = bytes[j];
     int seeds = 0;
     for (int m = 0; m < count; ++m) {
       if (a[m].depth == 0) continue;  // END: nothing may follow
@@ -607,7 +625,16 @@ __device__ int walk_token(const Slot& s, int top, int sorted, LaneStack<DEPTH>* 
     count = seeds == 0 ? 0 : lane_close(s, work, seeds, 4 * cap, a, cap);
     if (count < 0) return -1;
   }
-  return count > 0 ? 1 : 0;
+  return count;
+}
+
+template <int DEPTH>
+__device__ int walk_token(const Slot& s, int top, int sorted, LaneStack<DEPTH>* a,
+                          LaneStack<DEPTH>* work, int cap) {
+  const int* token_offsets = ptr<const int>(s.t, P_TOKEN_OFFSETS);
+  int count = walk_bytes(s, top, ptr<const unsigned char>(s.t, P_TOKEN_BYTES),
+                         token_offsets[sorted], token_offsets[sorted + 1], a, work, cap);
+  return count < 0 ? -1 : (count > 0 ? 1 : 0);
 }
 
 __device__ __forceinline__ void set_bit(const u64* t, int* bitmask, int words, int b, int sorted) {
@@ -698,6 +725,91 @@ extern "C" __global__ void xg_error_rows(const u64* t, int B, int* bitmask, int 
   const int* stop_words = ptr<const int>(t, P_STOP_WORDS);
   for (int w = threadIdx.x; w < words; w += blockDim.x)
     bitmask[(size_t)b * words + w] = stop_words[w];
+}
+
+// ----------------------------------------------------------------------------- budget
+
+#define BUDGET_THREADS 256  // xg_budget: threads per block, whole warps (one word per warp)
+#ifndef BUDGET_STACKS
+#define BUDGET_STACKS 8
+#endif
+#ifndef BUDGET_DEPTH
+#define BUDGET_DEPTH 16
+#endif
+
+// Completion distance of the pool part of a stack: the nodes from ``entry`` to the bottom.
+__device__ long long pool_distance(const Slot& s, const int* distance, int entry) {
+  long long total = 0;
+  for (; entry >= 0; entry = s.pool_parent[entry]) total += distance[s.base + s.pool_node[entry]];
+  return total;
+}
+
+// Some stack left after walking bytes[lo, hi) from one of the tops is at most ``spare`` bytes
+// from completion.
+__device__ bool walk_fits(const Slot& s, const int* tops, int num_tops, const int* distance,
+                          const unsigned char* bytes, int lo, int hi, long long spare) {
+  LaneStack<BUDGET_DEPTH> a[BUDGET_STACKS], work[BUDGET_STACKS * 4];
+  for (int k = 0; k < num_tops; ++k) {
+    int count = walk_bytes(s, tops[k], bytes, lo, hi, a, work, BUDGET_STACKS);
+    for (int m = 0; m < count; ++m) {
+      long long total = a[m].depth == 0 ? 0 : pool_distance(s, distance, a[m].below);
+      for (int i = 0; i < a[m].depth; ++i) total += distance[s.base + a[m].nodes[i]];
+      if (total <= spare) return true;
+    }
+  }
+  return false;
+}
+
+extern "C" __global__ void xg_budget(const u64* t, int B, const int* bitmask, int words,
+                                     const int* remaining, int* keep, int* fits) {
+  int b = blockIdx.y;
+  if (b >= B || remaining[b] < 0) return;  // the whole block: no warp is left half-way
+  Slot s = make_slot(t, b);
+  if (s.grammar < 0 || ptr<signed char>(t, P_TERMINATED)[b] || ptr<int>(t, P_ERROR)[b]) return;
+  const int* distance = ptr<const int>(t, P_NODE_DISTANCE);
+  const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
+  int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
+  __shared__ unsigned long long largest;  // D: the largest distance of the slot's stacks
+  if (threadIdx.x == 0) largest = 0;
+  __syncthreads();
+  for (int k = threadIdx.x; k < num_tops; k += blockDim.x)
+    atomicMax(&largest, (unsigned long long)pool_distance(s, distance, tops[k]));
+  __syncthreads();
+  long long spare = (long long)remaining[b] - 1;
+  int rise = ptr<const int>(t, P_GRAMMAR_MAX_RISE)[s.grammar];
+  int id = blockIdx.x * blockDim.x + threadIdx.x;
+  bool fit = false;
+  if (id < s.lim.V && ((bitmask[(size_t)b * words + (id >> 5)] >> (id & 31)) & 1)) {
+    const int* id_offsets = ptr<const int>(t, P_ID_OFFSETS);
+    int lo = id_offsets[id], hi = id_offsets[id + 1];
+    if (ptr<const signed char>(t, P_IS_STOP)[id]) {
+      fit = true;
+    } else if (num_tops > 0 && rise >= 0 &&
+               (long long)largest + (long long)(hi - lo) * rise <= spare) {
+      fit = true;
+    } else if (spare >= 0) {
+      fit = walk_fits(s, tops, num_tops, distance, ptr<const unsigned char>(t, P_ID_BYTES), lo,
+                      hi, spare);
+    }
+  }
+  unsigned word = __ballot_sync(0xffffffffu, fit);
+  int w = id >> 5;
+  if ((threadIdx.x & 31) == 0 && w < words) {
+    keep[(size_t)b * words + w] = (int)word;
+    if (word) atomicOr(fits + b, 1);
+  }
+}
+
+extern "C" __global__ void xg_budget_apply(int B, int* bitmask, int words, const int* keep,
+                                           int* fits) {
+  int b = blockIdx.x;
+  if (b >= B) return;
+  int flagged = fits[b];
+  __syncthreads();  // every thread has read the flag before it is cleared
+  if (threadIdx.x == 0) fits[b] = 0;
+  if (!flagged) return;
+  for (int w = threadIdx.x; w < words; w += blockDim.x)
+    bitmask[(size_t)b * words + w] = keep[(size_t)b * words + w];
 }
 
 // Bytes of P_WIDE_SPACE and ints of P_WIDE_QUEUE the launcher must provide (read with

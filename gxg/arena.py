@@ -22,6 +22,8 @@ Buffers (``G`` grammar slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(
     grammar_root       int32  [G]      local start node of the root rule
     grammar_byte_class int32  [G, 256] byte -> class
     grammar_classes    int32  [G]      number of byte classes C_g
+    grammar_max_rise   int32  [G]      bound on one byte's rise of a stack's completion
+                                       distance (-1: none)
   per node (row = grammar_node_base[g] + local node)
     node_next          int32  [N]      offset of the node's C_g scan targets in ``next_flat``
     next_flat          int32  [X]      local target node, -1 = no edge
@@ -31,6 +33,8 @@ Buffers (``G`` grammar slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(
     ref_return         int32  [E]      local return node
     node_row           int32  [N]      row of ``accept_rows`` (-1: the node cannot scan)
     node_unc_lo/hi     int32  [N]      range of the node's uncertain tokens
+    node_distance      int32  [N]      fewest bytes to complete the node's rule (token budgets;
+                                       ``gxg.compiler.completion``)
   accept_rows          int32  [R, W]   dense accept rows (deduplicated per grammar)
   uncertain_tokens     int32  [U]      sorted-vocabulary indices
   second level (``ContextPairs``: a node's uncertain tokens given the node below it)
@@ -66,7 +70,8 @@ ARENA_FIELDS = (
     "ref_return", "node_row", "node_unc_lo", "node_unc_hi", "accept_rows", "uncertain_tokens",
     "token_bytes", "token_offsets", "sorted_token_ids", "id_offsets", "id_bytes", "is_stop",
     "stop_words", "node_pair_lo", "node_pair_hi", "pair_below", "pair_acc_lo", "pair_acc_hi",
-    "pair_unc_lo", "pair_unc_hi", "pair_acc_tokens", "pair_unc_tokens",
+    "pair_unc_lo", "pair_unc_hi", "pair_acc_tokens", "pair_unc_tokens", "node_distance",
+    "grammar_max_rise",
 )
 
 # Host views of live arenas, by arena id: the CPU kernels of the ops (which only receive
@@ -187,7 +192,7 @@ class DeviceArena:
         c = capacity
         g, n = c.max_grammars, c.nodes
         self._alloc = {
-            "nodes": _Ranges("nodes", n, 4 * 8),
+            "nodes": _Ranges("nodes", n, 4 * 10),  # ten int32 tables per node
             "next_flat": _Ranges("next_flat", c.next_entries, 4),
             "refs": _Ranges("refs", c.ref_edges, 8),
             "accept_rows": _Ranges("accept_rows", c.accept_rows, 4 * self.words),
@@ -223,6 +228,8 @@ class DeviceArena:
         self.pair_unc_hi = torch.zeros(c.pairs, **i32)
         self.pair_acc_tokens = torch.zeros(c.pair_tokens, **i32)
         self.pair_unc_tokens = torch.zeros(c.pair_tokens, **i32)
+        self.node_distance = torch.zeros(n, **i32)
+        self.grammar_max_rise = torch.zeros(g, **i32)
         self._free_ids = list(range(g))
         self._registered: Dict[int, _Registration] = {}
         self._by_compiled: Dict[int, int] = {}
@@ -333,6 +340,9 @@ class DeviceArena:
         put(self.pair_unc_hi, pair_base, unc2_base + pairs.pair_unc_offsets[1:])
         put(self.pair_acc_tokens, acc_base, pairs.pair_acc_tokens)
         put(self.pair_unc_tokens, unc2_base, pairs.pair_unc_tokens)
+        completion = compiled.completion
+        put(self.node_distance, node_base, completion.node_distance)
+        self.grammar_max_rise[gid] = completion.max_rise
 
     def unregister(self, gid: int) -> None:
         registration = self._registered.pop(gid, None)

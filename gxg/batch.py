@@ -15,7 +15,11 @@ Per-slot behaviour (documented contract):
     ``accept`` returns False, until ``rollback`` or ``reset``;
   * slot with an error code (a runtime limit was hit, or a rollback asked for more steps than
     the history holds): the mask allows only the stop tokens, so sampling never sees an
-    all-masked row; the code stays until ``reset`` (read it with ``error_codes()``).
+    all-masked row; the code stays until ``reset`` (read it with ``error_codes()``);
+  * slot with a token budget (``bind(..., max_tokens=n)`` or ``set_token_budget``): every fill
+    allows only tokens after which the output can still complete within the tokens left
+    (``token_budget``, counted down on the device by ``accept``, given back by ``rollback``,
+    restored by ``reset``); when no completion fits any more the grammar's mask stays as it is.
 """
 from __future__ import annotations
 
@@ -63,15 +67,25 @@ class GrammarBatch:
             space_bytes, queue_ints, _ = wide_sizes(dev)
         wide = [torch.zeros(queue_ints, **i32),
                 torch.zeros((space_bytes + 3) // 4, **i32)]
+        words = (self.vocab_size + 31) // 32
+        # The budget kernels' rows of fitting tokens and per-slot "some token fits" flags
+        # (csrc/automaton.cu xg_budget; unused on the CPU).
+        budget_scratch = [torch.zeros((b, words), **i32), torch.zeros(b, **i32)]
         arena = self.arena.op_tensors()
         # Device addresses the CUDA kernels index by position (csrc/automaton.cu, P_*).
         addresses = [t.data_ptr() for t in state + arena + scratch + [limits_row] + wide]
         table = torch.tensor(addresses, dtype=torch.int64, device=dev)
         self._state = state
-        self.runtime = state + [limits_row] + scratch + wide + [table]
+        self.runtime = state + [limits_row] + scratch + wide + budget_scratch + [table]
         self._arena_tensors = arena
         self._field = {name: t for name, t in zip(RuntimeState.FIELDS, state)}
-        self._bitmask = torch.empty((b, (self.vocab_size + 31) // 32), **i32)
+        self._bitmask = torch.empty((b, words), **i32)
+        # Token budgets: the tokens each slot may still generate, this step's included (-1:
+        # none), and what ``reset`` restores. The fills take ``token_budget`` only once some
+        # slot has had a budget (``_budgeted``), so batches without budgets pay nothing.
+        self.token_budget = torch.full((b,), -1, **i32)
+        self._budget_at_start = torch.full((b,), -1, **i32)
+        self._budgeted = False
         self._all = torch.ones(b, dtype=torch.bool, device=dev)
         # fill_and_sample's counter-based random stream: the seed, and the offset that every
         # call advances by one on the device (write them between steps to reseed or replay).
@@ -80,19 +94,41 @@ class GrammarBatch:
         self._sample_constants = {}     # (name, scalar) -> constant tensor, kept for good
 
     # ------------------------------------------------------------------ binding (host side)
-    def bind(self, slot: int, compiled: CompiledGrammar) -> int:
-        """Register ``compiled`` in the arena (once) and start slot ``slot`` on it; returns the
-        grammar id. Between steps only (it writes from the host)."""
+    def bind(self, slot: int, compiled: CompiledGrammar, *,
+             max_tokens: Optional[int] = None) -> int:
+        """Register ``compiled`` in the arena (once) and start slot ``slot`` on it, with a token
+        budget of ``max_tokens`` (None: none); returns the grammar id. Between steps only (it
+        writes from the host)."""
         self._check_slot(slot)
         gid = self.arena.register(compiled)
         self._field["grammar"][slot] = gid
+        self.set_token_budget(slot, max_tokens)
         self.reset([slot])
         return gid
 
     def unbind(self, slot: int) -> None:
         self._check_slot(slot)
         self._field["grammar"][slot] = -1
+        self.set_token_budget(slot, None)
         self.reset([slot])
+
+    def set_token_budget(self, slot: int, max_tokens: Optional[int]) -> None:
+        """From now on slot ``slot`` may generate at most ``max_tokens`` more tokens and its
+        output must complete within them (None: no budget); ``reset`` restores this budget.
+        Between steps only (a host write)."""
+        self._check_slot(slot)
+        if max_tokens is None:
+            value = -1
+        elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}")
+        else:
+            value = max_tokens
+            self._budgeted = True
+        self.token_budget[slot] = value
+        self._budget_at_start[slot] = value
+
+    def _budget(self) -> Optional[torch.Tensor]:
+        return self.token_budget if self._budgeted else None
 
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.max_batch:
@@ -102,7 +138,7 @@ class GrammarBatch:
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> torch.Tensor:
         self._check_bitmask(bitmask)
         xg.fill_next_token_bitmask(self.runtime, self._arena_tensors, self.arena.arena_id,
-                                   bitmask)
+                                   bitmask, self._budget())
         return bitmask
 
     def fill_and_apply(self, logits: torch.Tensor,
@@ -112,7 +148,7 @@ class GrammarBatch:
         bitmask = self._bitmask if bitmask is None else bitmask
         self._check_bitmask(bitmask)
         xg.fill_and_apply(self.runtime, self._arena_tensors, self.arena.arena_id, logits,
-                          bitmask)
+                          bitmask, self._budget())
         return bitmask
 
     def fill_and_sample(self, logits: torch.Tensor, *,
@@ -168,19 +204,29 @@ class GrammarBatch:
                                   per_row("temperature", temperature, torch.float32, float),
                                   per_row("top_k", top_k, torch.int32, int),
                                   per_row("top_p", top_p, torch.float32, float), seed_tensor,
-                                  self.sample_offset, self.vocab_size)
+                                  self.sample_offset, self.vocab_size, self._budget())
 
     def accept(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Advance every slot by its token; returns accepted (bool [max_batch]). A rejected
-        token leaves its slot unchanged."""
-        return xg.accept_token(self.runtime, self._arena_tensors, self.arena.arena_id,
-                               token_ids)
+        token leaves its slot unchanged. An accepted token counts against its slot's budget."""
+        accepted = xg.accept_token(self.runtime, self._arena_tensors, self.arena.arena_id,
+                                   token_ids)
+        if self._budgeted:
+            self.token_budget.sub_((accepted & (self.token_budget > 0)).to(torch.int32))
+        return accepted
 
     def rollback(self, num_tokens: Union[int, torch.Tensor]) -> torch.Tensor:
+        """Undo the last ``num_tokens`` steps of each slot (an int for all, or int [max_batch]);
+        returns ok (bool [max_batch]). The tokens go back to the slot's budget."""
         if isinstance(num_tokens, int):
             num_tokens = torch.full((self.max_batch,), num_tokens, dtype=torch.int64,
                                     device=self.device)
-        return xg.rollback(self.runtime, num_tokens)
+        ok = xg.rollback(self.runtime, num_tokens)
+        if self._budgeted:
+            given_back = torch.where(ok & (self.token_budget >= 0), num_tokens, 0)
+            torch.minimum(self.token_budget + given_back.to(torch.int32), self._budget_at_start,
+                          out=self.token_budget)
+        return ok
 
     def reset(self, slots: Union[Iterable[int], torch.Tensor, None] = None) -> None:
         """Reset the given slots (ids, or a bool mask; None: all) to their grammar's start."""
@@ -193,6 +239,8 @@ class GrammarBatch:
             which[torch.as_tensor(list(slots), dtype=torch.long)] = True
             which = which.to(self.device)
         xg.reset(self.runtime, self._arena_tensors, self.arena.arena_id, which)
+        if self._budgeted:
+            torch.where(which, self._budget_at_start, self.token_budget, out=self.token_budget)
 
     def is_terminated(self) -> torch.Tensor:
         return self._field["terminated"] != 0

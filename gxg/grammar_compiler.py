@@ -22,6 +22,7 @@ from typing import Optional, Union
 import numpy as np
 
 from gxg.compiler.automaton import Automaton, build_automaton
+from gxg.compiler.completion import CompletionDistances, completion_distances
 from gxg.compiler.mask_cache import (
     ContextPairs, KernelMaskLayout, MaskCache, NodeTokenMask, StoreType, build_context_pairs,
     build_mask_cache, kernel_layout,
@@ -47,6 +48,7 @@ class CompiledGrammar:
     _layout: Optional[KernelMaskLayout] = field(default=None, repr=False)
     _host_tables: dict = field(default_factory=dict, repr=False)
     _context_pairs: Optional[ContextPairs] = field(default=None, repr=False)
+    _completion: Optional[CompletionDistances] = field(default=None, repr=False)
 
     @property
     def kernel_layout(self) -> KernelMaskLayout:
@@ -67,6 +69,14 @@ class CompiledGrammar:
                                                       info.sorted_token_ids)
         return self._context_pairs
 
+    @property
+    def completion(self) -> CompletionDistances:
+        """Fewest bytes to complete from each automaton node, for token budgets (derived on
+        first use; cached)."""
+        if self._completion is None:
+            self._completion = completion_distances(self.automaton)
+        return self._completion
+
     def host_tables(self, stop_token_ids: tuple):
         """The CPU ops' view of this grammar for a set of stop tokens (built once per set and
         cached on this object; matchers share it)."""
@@ -74,7 +84,7 @@ class CompiledGrammar:
         if tables is None:
             from gxg.ops.reference import HostTables
             tables = HostTables(self.automaton, self.kernel_layout, self.tokenizer_info,
-                                stop_token_ids)
+                                stop_token_ids, completion=lambda: self.completion)
             self._host_tables[stop_token_ids] = tables
         return tables
 

@@ -132,7 +132,23 @@ class GrammarMatcher:
             raise GrammarRuntimeError(message)
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0, *,
-                                debug_print: bool = False) -> bool:
+                                debug_print: bool = False,
+                                remaining_tokens: Optional[int] = None) -> bool:
+        """Write the next-token mask into row ``index`` of ``bitmask``; returns whether it
+        forbids anything (XGrammar's need_apply).
+
+        ``remaining_tokens`` (gxg's addition; None: no budget): how many tokens may still be
+        generated, this one included. The mask then allows only tokens after which the output
+        can still be completed within the budget, counting a completion's bytes as tokens (so
+        it stays exact for byte-level and byte-fallback vocabularies, where every byte is a
+        token); when no completion fits any more, the grammar's mask is left as it is (the
+        output will end incomplete). See ``gxg.ops.reference.restrict_to_budget``."""
+        if remaining_tokens is not None and (isinstance(remaining_tokens, bool)
+                                             or not isinstance(remaining_tokens, int)):
+            raise TypeError(f"remaining_tokens must be an int or None, got "
+                            f"{type(remaining_tokens).__name__}")
+        if remaining_tokens is not None and remaining_tokens < 0:
+            raise ValueError(f"remaining_tokens must be >= 0, got {remaining_tokens}")
         if self._state.terminated[0]:
             raise RuntimeError("the matcher has terminated (a stop token was accepted); "
                                "roll back or reset before filling a mask")
@@ -153,8 +169,20 @@ class GrammarMatcher:
             target = bitmask[index]
         row = np.zeros(words, dtype=np.int32)
         need_apply = reference.fill_next_token_bitmask(self._state, 0, self._tables, row)
+        if remaining_tokens is not None:
+            reference.restrict_to_budget(self._state, 0, self._tables, row, remaining_tokens)
+            need_apply = not reference.all_allowed(row, self._tables.vocab_size)
         target.copy_(torch.from_numpy(row))
         return need_apply
+
+    def completion_distance(self) -> int:
+        """The fewest bytes the output still needs before the root can end (0 when it can end
+        now): how many tokens a budget must at least leave (gxg's addition)."""
+        if self._state.can_end[0] or self._state.terminated[0]:
+            return 0
+        completion = self._tables.completion
+        return min((completion.stack_distance(stack) for stack in self._state.stacks(0)),
+                   default=0)
 
     def is_completed(self) -> bool:
         """The input so far is a complete sentence of the root rule."""

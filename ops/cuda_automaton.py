@@ -110,6 +110,24 @@ def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor,
             (_pointer(table), np.int32(batch), _pointer(bitmask), words))
 
 
+BUDGET_THREADS = 256  # csrc/automaton.cu BUDGET_THREADS
+
+
+def budget(table: torch.Tensor, bitmask: torch.Tensor, remaining: torch.Tensor,
+           keep: torch.Tensor, fits: torch.Tensor) -> None:
+    """The token budget after a fill: xg_budget writes each budgeted slot's fitting tokens into
+    ``keep`` [B, W] and flags ``fits`` [B] (zero between fills), then xg_budget_apply copies
+    ``keep`` into the rows of flagged slots and clears the flags."""
+    batch, words = bitmask.shape
+    vocab_blocks = (words * 32 + BUDGET_THREADS - 1) // BUDGET_THREADS
+    _launch("xg_budget", table.device, (vocab_blocks, batch), (BUDGET_THREADS,),
+            (_pointer(table), np.int32(batch), _pointer(bitmask), np.int32(words),
+             _pointer(remaining), _pointer(keep), _pointer(fits)))
+    _launch("xg_budget_apply", table.device, (batch,), (128,),
+            (np.int32(batch), _pointer(bitmask), np.int32(words), _pointer(keep),
+             _pointer(fits)))
+
+
 @functools.lru_cache(maxsize=None)
 def _wide_sizes(device_index: int, defines: tuple):
     device = torch.device("cuda", device_index)

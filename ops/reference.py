@@ -9,6 +9,7 @@ Out: the ops, each for one slot, mutating the state in place:
      accept_bytes(state, slot, tables, data)     -> bool; one history step for the whole string
      rollback(state, slot, num_tokens)           -> bool; False if num_tokens > history
      fill_next_token_bitmask(state, slot, tables, row) -> need_apply
+     restrict_to_budget(state, slot, tables, row, remaining) -> a completion fits
 
 These are the documented reference of the GPU kernels: the same moves (``gxg.compiler.
 automaton``) in the same order. A byte step scans every top, then closes the new stacks with a
@@ -23,14 +24,28 @@ The mask is a function of the set of live stacks: accept rows of the tops' nodes
 their uncertain tokens walked from the full stack, plus the stop tokens when the root can end.
 The host walks uncertain tokens with the vectorised tuple walker; the GPU kernels walk them on
 the pool; both must give the same bits.
+
+The token budget (``restrict_to_budget``, after the fill; ``xg_budget`` in csrc/automaton.cu is
+its kernel) narrows a filled row so that the output can still complete within ``remaining``
+tokens (this one included), with distances in bytes (``gxg.compiler.completion``):
+  * ``remaining < 0`` (no budget), a terminated slot or one with an error code: unchanged;
+  * an allowed stop token fits; another allowed token fits iff some stack it leaves has a
+    distance of at most ``remaining - 1`` (END: 0);
+  * the row becomes the fitting tokens when there is one, and stays as it was when there is
+    none (no completion fits: the output will end incomplete, as without a budget).
+With ``D`` the largest distance of the live stacks, a token of ``L`` bytes with
+``D + L * max_rise <= remaining - 1`` fits without a walk; the others are walked from the full
+stacks. The answer is exact either way: the skip only saves walks.
 """
 from __future__ import annotations
 
+import functools
 import threading
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+from gxg.compiler.completion import CompletionDistances, NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
 from gxg.runtime import ErrorCode, RuntimeState
@@ -48,7 +63,8 @@ class StepFailed(Exception):
 class HostTables:
     """One compiled grammar's tables, as Python lists where the byte loop reads them."""
 
-    def __init__(self, automaton, layout, tokenizer_info, stop_token_ids):
+    def __init__(self, automaton, layout, tokenizer_info, stop_token_ids,
+                 completion: Optional[Callable[[], CompletionDistances]] = None):
         a = automaton
         self.automaton = automaton
         self.layout = layout
@@ -72,6 +88,10 @@ class HostTables:
         self.is_stop[self.stop_token_ids] = True
         self._walk_args = (tokenizer_info.token_bytes, tokenizer_info.token_offsets)
         self._walk: Optional[VocabularyWalk] = None
+        # the compiled grammar's completion distances, computed on first use
+        self._completion_of = completion or functools.lru_cache(maxsize=1)(
+            functools.partial(completion_distances, automaton))
+        self._token_of_id: Optional[Tuple[np.ndarray, np.ndarray]] = None
         # A cache: (node, stack) -> token ids among the node's uncertain tokens that the stack
         # accepts. The answer is a pure function of the key; bounded, cleared when full.
         self._uncertain_accepted: dict = {}
@@ -89,6 +109,23 @@ class HostTables:
                 hit = self.sorted_token_ids[_walk_from_stack(self, stack, sorted_indices)]
                 self._uncertain_accepted[key] = hit
         return hit
+
+    @property
+    def completion(self) -> CompletionDistances:
+        """Completion distances of the automaton (the compiled grammar's, cached there)."""
+        return self._completion_of()
+
+    def tokens_by_id(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(sorted index of each id, -1 for ids outside the sorted vocabulary; byte length of
+        each id), int64 [V] each (cached)."""
+        if self._token_of_id is None:
+            sorted_index = np.full(self.vocab_size, -1, dtype=np.int64)
+            sorted_index[self.sorted_token_ids] = np.arange(len(self.sorted_token_ids))
+            lengths = np.array([len(b) for b in self.decoded_vocab]
+                               + [0] * (self.vocab_size - len(self.decoded_vocab)),
+                               dtype=np.int64)[: self.vocab_size]
+            self._token_of_id = (sorted_index, lengths)
+        return self._token_of_id
 
     def full_stack_walk(self) -> VocabularyWalk:
         """A cached walker over full stacks (a cache: rebuilt when it grows too large)."""
@@ -353,7 +390,57 @@ def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
                 _set_bits(row, t.uncertain_accepted(node, stack, layout.uncertain_tokens[lo:hi]))
     if state.can_end[slot] or state.terminated[slot] or state.error[slot]:
         _set_bits(row, t.stop_token_ids)
-    return not _all_allowed(row, t.vocab_size)
+    return not all_allowed(row, t.vocab_size)
+
+
+def restrict_to_budget(state: RuntimeState, slot: int, t: HostTables, row: np.ndarray,
+                       remaining: int) -> bool:
+    """Narrow the filled ``row`` to the tokens after which the output can still complete
+    within ``remaining`` tokens, this one included (semantics: module docstring). Returns
+    whether some token fits (the row was narrowed, or needed no narrowing)."""
+    if remaining < 0 or state.terminated[slot] or state.error[slot]:
+        return True
+    allowed = _ids_of(row, t.vocab_size)
+    is_stop = t.is_stop[allowed]
+    stacks = state.stacks(slot)
+    completion = t.completion
+    spare = remaining - 1
+    distances = [completion.stack_distance(stack) for stack in stacks]
+    fits = is_stop.copy()
+    candidates = np.flatnonzero(~is_stop)
+    sorted_index, lengths = t.tokens_by_id()
+    if distances and completion.max_rise != NO_RISE_BOUND:
+        bound = max(distances) + lengths[allowed[candidates]] * completion.max_rise
+        fits[candidates[bound <= spare]] = True
+        candidates = candidates[bound > spare]
+    if len(candidates) and stacks and spare >= 0:
+        walked = _fitting_after(t, stacks, sorted_index[allowed[candidates]], spare)
+        fits[candidates[walked]] = True
+    if not fits.any():
+        return False
+    row[:] = 0
+    _set_bits(row, allowed[fits])
+    return True
+
+
+def _ids_of(row: np.ndarray, vocab_size: int) -> np.ndarray:
+    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab_size]
+    return np.flatnonzero(bits)
+
+
+def _fitting_after(t: HostTables, stacks, sorted_indices: np.ndarray, spare: int) -> np.ndarray:
+    """bool per token (sorted indices): some stack reached after its bytes from ``stacks``
+    has a completion distance of at most ``spare``."""
+    walk = t.full_stack_walk()
+    start = walk.intern(frozenset((stack, False, None) for stack in stacks))
+    final = walk.walk_pairs(np.full(len(sorted_indices), start, np.int32), sorted_indices)
+    states, inverse = np.unique(final, return_inverse=True)
+    completion = t.completion
+    reachable = np.array([
+        state != DEAD and min(completion.stack_distance(stack)
+                              for stack, _, _ in walk.configs[state]) <= spare
+        for state in states.tolist()], dtype=bool)
+    return reachable[inverse.reshape(-1)]
 
 
 def _walk_from_stack(t: HostTables, stack: Tuple[int, ...], sorted_indices: np.ndarray
@@ -374,7 +461,7 @@ def _set_bits(row: np.ndarray, token_ids: np.ndarray) -> None:
     np.bitwise_or.at(row.view(np.uint32), token_ids >> 5, bits)
 
 
-def _all_allowed(row: np.ndarray, vocab_size: int) -> bool:
+def all_allowed(row: np.ndarray, vocab_size: int) -> bool:
     full_words, tail = divmod(vocab_size, 32)
     if not (row[:full_words] == -1).all():
         return False

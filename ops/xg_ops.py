@@ -11,11 +11,16 @@ Out: the ops below, each with fixed shapes, no host synchronisation and no alloc
   xg::reset(runtime!, arena, arena_id, slots)                      slots: bool [B]
   xg::accept_token(runtime!, arena, arena_id, token_ids) -> bool [B]
   xg::rollback(runtime!, num_tokens) -> bool [B]                    False: history too short
-  xg::fill_next_token_bitmask(runtime!, arena, arena_id, bitmask!)
+  xg::fill_next_token_bitmask(runtime!, arena, arena_id, bitmask!, remaining?)
   xg::apply_token_bitmask_inplace(logits!, bitmask, indices?)
-  xg::fill_and_apply(runtime!, arena, arena_id, logits!, bitmask!)
+  xg::fill_and_apply(runtime!, arena, arena_id, logits!, bitmask!, remaining?)
   xg::fill_and_sample(runtime!, arena, arena_id, logits, bitmask!, temperature, top_k, top_p,
-                      seed, offset!, vocab_size) -> int64 [B]
+                      seed, offset!, vocab_size, remaining?) -> int64 [B]
+
+``remaining`` (int32 [B], optional): a token budget per slot — the tokens it may still
+generate, this one included; -1 for none. Each fill then keeps only the tokens after which the
+slot's output can still complete within its budget (``ops.reference.restrict_to_budget``;
+CUDA: ``xg_budget`` + ``xg_budget_apply``). The caller counts it down (``GrammarBatch`` does).
 
 Semantics per slot: unbound (grammar -1): every token allowed and accepted, no state; a
 terminated slot, or one with an error code, allows only its stop tokens and accepts nothing
@@ -37,9 +42,12 @@ from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
 
 STATE_COUNT = len(RuntimeState.FIELDS)
 RUNTIME_FIELDS = RuntimeState.FIELDS + ("limits", "work", "seen", "tops_a", "tops_b", "mark",
-                                        "wide_queue", "wide_space", "pointer_table")
+                                        "wide_queue", "wide_space", "budget_keep",
+                                        "budget_fits", "pointer_table")
 LIMITS_INDEX = STATE_COUNT
 WIDE_QUEUE_INDEX = RUNTIME_FIELDS.index("wide_queue")
+BUDGET_KEEP_INDEX = RUNTIME_FIELDS.index("budget_keep")
+BUDGET_FITS_INDEX = RUNTIME_FIELDS.index("budget_fits")
 TABLE_INDEX = len(RUNTIME_FIELDS) - 1
 
 try:  # the nvtx package when present, else torch's binding
@@ -172,34 +180,55 @@ def _(runtime, num_tokens):
 
 @torch.library.custom_op("xg::fill_next_token_bitmask", mutates_args=("runtime", "bitmask"))
 def fill_next_token_bitmask(runtime: List[torch.Tensor], arena: List[torch.Tensor],
-                            arena_id: int, bitmask: torch.Tensor) -> None:
+                            arena_id: int, bitmask: torch.Tensor,
+                            remaining: Optional[torch.Tensor] = None) -> None:
+    _check_remaining(remaining, bitmask)
     state = _host_state(runtime)
     rows = bitmask.numpy()
+    budgets = None if remaining is None else remaining.tolist()
     for slot in range(bitmask.shape[0]):
         grammar = int(state.grammar[slot])
         if grammar < 0:
             rows[slot] = -1
-        else:
-            reference.fill_next_token_bitmask(state, slot, _tables(arena_id, grammar),
-                                              rows[slot])
+            continue
+        tables = _tables(arena_id, grammar)
+        reference.fill_next_token_bitmask(state, slot, tables, rows[slot])
+        if budgets is not None:
+            reference.restrict_to_budget(state, slot, tables, rows[slot], budgets[slot])
 
 
-def _fill_cuda(runtime, arena, bitmask) -> None:
+def _check_remaining(remaining: Optional[torch.Tensor], bitmask: torch.Tensor) -> None:
+    """Metadata only (no device read): int32 [B] on the bitmask's device."""
+    if remaining is None:
+        return
+    rows = bitmask.shape[0]
+    if remaining.dtype != torch.int32 or remaining.shape != (rows,) \
+            or not remaining.is_contiguous() or remaining.device != bitmask.device:
+        raise ValueError(f"remaining must be a contiguous int32 tensor of shape ({rows},) on "
+                         f"{bitmask.device}, got {remaining.dtype} {tuple(remaining.shape)} on "
+                         f"{remaining.device}")
+
+
+def _fill_cuda(runtime, arena, bitmask, remaining=None) -> None:
     from gxg.ops import cuda_automaton
     from gxg.ops.fill_triton import fill_dense
+    _check_remaining(remaining, bitmask)
     fill_dense(runtime[:STATE_COUNT], arena, bitmask)
     cuda_automaton.uncertain(runtime[TABLE_INDEX], bitmask.shape[0], bitmask,
                              runtime[WIDE_QUEUE_INDEX])
+    if remaining is not None:
+        cuda_automaton.budget(runtime[TABLE_INDEX], bitmask, remaining,
+                              runtime[BUDGET_KEEP_INDEX], runtime[BUDGET_FITS_INDEX])
 
 
 @fill_next_token_bitmask.register_kernel("cuda")
-def _(runtime, arena, arena_id, bitmask):
+def _(runtime, arena, arena_id, bitmask, remaining=None):
     with _range("xg::fill_next_token_bitmask"):
-        _fill_cuda(runtime, arena, bitmask)
+        _fill_cuda(runtime, arena, bitmask, remaining)
 
 
 @fill_next_token_bitmask.register_fake
-def _(runtime, arena, arena_id, bitmask):
+def _(runtime, arena, arena_id, bitmask, remaining=None):
     return None
 
 
@@ -226,21 +255,22 @@ def _(logits, bitmask, indices=None):
 
 @torch.library.custom_op("xg::fill_and_apply", mutates_args=("runtime", "logits", "bitmask"))
 def fill_and_apply(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
-                   logits: torch.Tensor, bitmask: torch.Tensor) -> None:
-    fill_next_token_bitmask(runtime, arena, arena_id, bitmask)
+                   logits: torch.Tensor, bitmask: torch.Tensor,
+                   remaining: Optional[torch.Tensor] = None) -> None:
+    fill_next_token_bitmask(runtime, arena, arena_id, bitmask, remaining)
     apply_token_bitmask_inplace_cpu(logits, bitmask)
 
 
 @fill_and_apply.register_kernel("cuda")
-def _(runtime, arena, arena_id, logits, bitmask):
+def _(runtime, arena, arena_id, logits, bitmask, remaining=None):
     from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton
     with _range("xg::fill_and_apply"):
-        _fill_cuda(runtime, arena, bitmask)
+        _fill_cuda(runtime, arena, bitmask, remaining)
         apply_token_bitmask_inplace_triton(logits, bitmask)
 
 
 @fill_and_apply.register_fake
-def _(runtime, arena, arena_id, logits, bitmask):
+def _(runtime, arena, arena_id, logits, bitmask, remaining=None):
     return None
 
 
@@ -251,8 +281,10 @@ def _(runtime, arena, arena_id, logits, bitmask):
 def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
                     logits: torch.Tensor, bitmask: torch.Tensor, temperature: torch.Tensor,
                     top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor,
-                    offset: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """Fill ``bitmask`` as ``fill_next_token_bitmask`` does, then draw one token per row from
+                    offset: torch.Tensor, vocab_size: int,
+                    remaining: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Fill ``bitmask`` as ``fill_next_token_bitmask`` does (with the token budget
+    ``remaining`` when given), then draw one token per row from
     ``logits`` [B, >= vocab_size] restricted to the allowed ids (never written): greedy where
     temperature <= 0, else temperature, top-k (int32, <= 0 off), top-p (float32, >= 1 off), in
     that order. The draw is a pure function of the inputs and (seed, offset) (int64 [1] each);
@@ -261,7 +293,7 @@ def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor], aren
     Semantics: ``ops.reference.sample_masked``; kernel: ``ops/sample_triton.py``."""
     reference.check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset,
                                      vocab_size)
-    fill_next_token_bitmask(runtime, arena, arena_id, bitmask)
+    fill_next_token_bitmask(runtime, arena, arena_id, bitmask, remaining)
     tokens = reference.sample_masked(logits, bitmask, temperature, top_k, top_p, seed, offset,
                                      vocab_size)
     offset += 1
@@ -270,12 +302,12 @@ def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor], aren
 
 @fill_and_sample.register_kernel("cuda")
 def _(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p, seed, offset,
-      vocab_size):
+      vocab_size, remaining=None):
     from gxg.ops.sample_triton import sample_masked_triton
     reference.check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset,
                                      vocab_size)
     with _range("xg::fill_and_sample"):
-        _fill_cuda(runtime, arena, bitmask)
+        _fill_cuda(runtime, arena, bitmask, remaining)
         tokens = sample_masked_triton(logits, bitmask, temperature, top_k, top_p, seed, offset,
                                       vocab_size)
         offset.add_(1)      # after the sampler: every program has read the old value
@@ -284,5 +316,5 @@ def _(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p, seed
 
 @fill_and_sample.register_fake
 def _(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p, seed, offset,
-      vocab_size):
+      vocab_size, remaining=None):
     return logits.new_empty(logits.shape[0], dtype=torch.int64)

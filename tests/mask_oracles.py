@@ -57,3 +57,43 @@ def random_bitmask(rows: int, words: int, generator):
                           dtype=torch.int64).to(torch.int32)
     return torch.where(kinds == 0, torch.zeros_like(mixed),
                        torch.where(kinds == 1, torch.full_like(mixed, -1), mixed))
+
+
+def shortest_completion(walker: StackWalker, config, limit: int = 64):
+    """Fewest bytes after which ``config`` (a full-stack configuration) can end, by breadth-first
+    search over configurations one byte at a time (independent of the compiler's distance
+    tables); None if none within ``limit`` bytes."""
+    frontier, seen = {config}, {config}
+    for distance in range(limit + 1):
+        if any(StackWalker.can_end(c) for c in frontier):
+            return distance
+        following = set()
+        for c in frontier:
+            for byte in range(256):
+                stepped = walker.step(c, byte)
+                if stepped and stepped not in seen:
+                    seen.add(stepped)
+                    following.add(stepped)
+        frontier = following
+    return None
+
+
+def budget_mask(matcher, remaining: int) -> np.ndarray:
+    """The mask under a token budget, from its definition: the allowed tokens after which some
+    completion of at most ``remaining - 1`` bytes exists (stop tokens: when allowed), or the
+    grammar's mask when no token qualifies."""
+    compiled = matcher.compiled_grammar
+    info = compiled.tokenizer_info
+    allowed = brute_force_mask(matcher)
+    walker = StackWalker(compiled.automaton, escape_bottom=False)
+    start = frozenset((stack, False, None) for stack in matcher.state.stacks(0))
+    fits = np.zeros_like(allowed)
+    stops = set(matcher.stop_token_ids)
+    for token_id in np.flatnonzero(allowed).tolist():
+        if token_id in stops:
+            fits[token_id] = True
+            continue
+        after = walker.walk(start, info.decoded_vocab[token_id])
+        distance = shortest_completion(walker, after, limit=max(remaining - 1, 0))
+        fits[token_id] = distance is not None and distance <= remaining - 1
+    return fits if fits.any() else allowed

@@ -37,6 +37,12 @@ these checks cost two small device reads per step (transformers' own stopping ch
 device every step too); ``check_rows=False`` leaves the processor's step free of host
 synchronisation, and ``raise_on_errors()`` then checks on demand.
 
+Token budget: with ``max_new_tokens=n`` (pass the same number as to ``generate``) every row's
+mask allows only tokens after which its output can still be completed within the tokens left,
+so a row that runs out of tokens ends with complete text whenever that is possible
+(``GrammarMatcher.fill_next_token_bitmask(remaining_tokens=...)`` on the matcher backend, the
+batch's ``token_budget`` on the device). Without it a row may stop mid-value at the limit.
+
 Stop tokens: transformers ends a row on ``generation_config.eos_token_id``; the grammar ends it
 on the ``TokenizerInfo``'s stop tokens (by default the tokenizer's eos). Keep them the same, or a
 row whose grammar ended produces stop tokens until ``max_new_tokens``.
@@ -82,11 +88,13 @@ def _apply(scores: torch.Tensor, bitmask: torch.Tensor, vocab_size: int) -> None
 class _MatcherRows:
     """One ``GrammarMatcher`` per row; masks filled on the host."""
 
-    def __init__(self, grammars: Sequence[CompiledGrammar], device: torch.device):
+    def __init__(self, grammars: Sequence[CompiledGrammar], device: torch.device,
+                 max_new_tokens: Optional[int]):
         info = grammars[0].tokenizer_info
         self.vocab_size = info.vocab_size
         self.device = device
         self.matchers = [GrammarMatcher(grammar) for grammar in grammars]
+        self.remaining = [max_new_tokens] * len(grammars)  # None: no budget
         self.bitmask = allocate_token_bitmask(len(grammars), self.vocab_size)
         self.stop_only = [bitmask_row_of(m.stop_token_ids, self.vocab_size)
                           for m in self.matchers]
@@ -99,13 +107,16 @@ class _MatcherRows:
                 raise RuntimeError(
                     f"row {row}: token {token} was sampled but the grammar does not allow it; "
                     "the mask must be the last change to the scores before sampling")
+            if self.remaining[row] is not None:
+                self.remaining[row] = max(self.remaining[row] - 1, 0)
 
     def fill(self) -> torch.Tensor:
         for row, matcher in enumerate(self.matchers):
             if matcher.is_terminated():
                 self.bitmask[row] = self.stop_only[row]
             else:
-                matcher.fill_next_token_bitmask(self.bitmask, row)
+                matcher.fill_next_token_bitmask(self.bitmask, row,
+                                                remaining_tokens=self.remaining[row])
         return self.bitmask.to(self.device)
 
     def fill_and_apply(self, scores: torch.Tensor) -> torch.Tensor:
@@ -123,14 +134,15 @@ class _MatcherRows:
 class _BatchRows:
     """A ``GrammarBatch`` with one slot per row; every step is device ops."""
 
-    def __init__(self, grammars: Sequence[CompiledGrammar], device: torch.device):
+    def __init__(self, grammars: Sequence[CompiledGrammar], device: torch.device,
+                 max_new_tokens: Optional[int]):
         from gxg.batch import GrammarBatch
 
         info = grammars[0].tokenizer_info
         self.vocab_size = info.vocab_size
         self.batch = GrammarBatch(info, device=device, max_batch=len(grammars))
         for slot, grammar in enumerate(grammars):
-            self.batch.bind(slot, grammar)
+            self.batch.bind(slot, grammar, max_tokens=max_new_tokens)
         self.bitmask = torch.empty((len(grammars), (self.vocab_size + 31) // 32),
                                    dtype=torch.int32, device=device)
         # Rows whose sampled token the grammar refused; read only by check() (a device read).
@@ -177,11 +189,14 @@ class LogitsProcessor(transformers.LogitsProcessor):
     ``compiled_grammars``: one ``CompiledGrammar`` (every row) or a list (row i gets item i).
     ``backend``: ``"auto"`` (matchers for CPU scores, ``GrammarBatch`` otherwise),
     ``"matcher"`` or ``"batch"``. ``check_rows``: verify every step that rows were not reordered
-    and every sampled token was allowed.
+    and every sampled token was allowed. ``max_new_tokens``: the token budget of every row (the
+    ``generate`` call's ``max_new_tokens``): outputs complete within it whenever they can;
+    None: no budget.
     """
 
     def __init__(self, compiled_grammars: Union[CompiledGrammar, Sequence[CompiledGrammar]], *,
-                 backend: str = "auto", check_rows: bool = True):
+                 backend: str = "auto", check_rows: bool = True,
+                 max_new_tokens: Optional[int] = None):
         single = isinstance(compiled_grammars, CompiledGrammar)
         grammars = [compiled_grammars] if single else list(compiled_grammars)
         if not grammars or not all(isinstance(g, CompiledGrammar) for g in grammars):
@@ -191,6 +206,12 @@ class LogitsProcessor(transformers.LogitsProcessor):
             raise ValueError("all grammars must be compiled for the same TokenizerInfo")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if max_new_tokens is not None and (isinstance(max_new_tokens, bool)
+                                           or not isinstance(max_new_tokens, int)
+                                           or max_new_tokens < 1):
+            raise ValueError(f"max_new_tokens must be a positive int or None, got "
+                             f"{max_new_tokens!r}")
+        self.max_new_tokens = max_new_tokens
         self.grammars = grammars
         self.one_grammar_for_all_rows = single
         self.backend = backend
@@ -262,7 +283,8 @@ class LogitsProcessor(transformers.LogitsProcessor):
         if backend == "auto":
             backend = "matcher" if device.type == "cpu" else "batch"
         self._grammars_per_row = per_row
-        self._rows = (_MatcherRows if backend == "matcher" else _BatchRows)(per_row, device)
+        self._rows = (_MatcherRows if backend == "matcher" else _BatchRows)(
+            per_row, device, self.max_new_tokens)
 
     def accept(self, tokens: torch.Tensor) -> None:
         """Advance every unfinished row by its token (int [B]); finished rows ignore theirs."""
