@@ -237,12 +237,14 @@ class GrammarCompiler:
     def compile_json_schema(self, schema, *, any_whitespace: bool = True, indent=None,
                             separators=None, strict_mode: bool = True,
                             max_whitespace_cnt=None, any_order: bool = False,
-                            coerce_one_of=None) -> CompiledGrammar:
+                            coerce_one_of=None, any_string_spelling: bool = False
+                            ) -> CompiledGrammar:
         """A dict, a JSON string or a Pydantic model class (see ``Grammar.from_json_schema``)."""
         options = dict(any_whitespace=any_whitespace, indent=indent,
                        separators=None if separators is None else tuple(separators),
                        strict_mode=strict_mode, max_whitespace_cnt=max_whitespace_cnt,
-                       any_order=any_order, coerce_one_of=coerce_one_of)
+                       any_order=any_order, coerce_one_of=coerce_one_of,
+                       any_string_spelling=any_string_spelling)
         key = ("json_schema", _schema_key(schema), tuple(sorted(options.items())))
         return self._compiled(key, lambda: Grammar.from_json_schema(schema, **options))
 

@@ -28,6 +28,37 @@ def test_options_reach_the_front_end():
     assert not grammar_accepts(compact, '{"a":1}')
 
 
+def test_any_string_spelling_reaches_the_front_end():
+    escaped = '{"\\u0061": 12}'                          # the key "a" spelled with an escape
+    assert not grammar_accepts(gxg.Grammar.from_json_schema(SCHEMA), escaped)
+    assert grammar_accepts(gxg.Grammar.from_json_schema(SCHEMA, any_string_spelling=True), escaped)
+
+
+def test_compile_json_schema_keys_the_cache_by_any_string_spelling():
+    vocab = [b"{", b"}", b'"a"', b'"\\u0061"', b":", b"1", b"</s>"]
+    compiler = GrammarCompiler(TokenizerInfo(vocab, VocabType.RAW))
+    canonical = compiler.compile_json_schema(SCHEMA)
+    every = compiler.compile_json_schema(SCHEMA, any_string_spelling=True)
+    assert every is not canonical
+    assert compiler.compile_json_schema(SCHEMA, any_string_spelling=False) is canonical
+    for compiled, escaped_key_allowed in ((canonical, False), (every, True)):
+        for key_token, allowed in ((2, True), (3, escaped_key_allowed)):   # '"a"', '"\\u0061"'
+            matcher = GrammarMatcher(compiled)
+            assert matcher.accept_token(0)
+            assert matcher.accept_token(key_token) is allowed
+            if allowed:
+                assert all(matcher.accept_token(t) for t in (4, 5, 1)) and matcher.is_completed()
+
+
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_any_string_spelling_must_be_a_bool(bad):
+    with pytest.raises(gxg.GrammarError, match="any_string_spelling must be True or False"):
+        gxg.Grammar.from_json_schema(SCHEMA, any_string_spelling=bad)
+    compiler = GrammarCompiler(TokenizerInfo([b"{", b"}", b"</s>"], VocabType.RAW))
+    with pytest.raises(gxg.GrammarError, match="any_string_spelling"):
+        compiler.compile_json_schema(SCHEMA, any_string_spelling=bad)
+
+
 def test_compile_json_schema_caches_by_content_and_options():
     info = TokenizerInfo([b"{", b"}", b'"a"', b":", b"1", b" ", b"</s>"], VocabType.RAW)
     compiler = GrammarCompiler(info)

@@ -210,12 +210,14 @@ class Grammar:
     @staticmethod
     def from_json_schema(schema, *, any_whitespace: bool = True, indent=None, separators=None,
                          strict_mode: bool = True, max_whitespace_cnt=None,
-                         any_order: bool = False, coerce_one_of=None) -> "Grammar":
+                         any_order: bool = False, coerce_one_of=None,
+                         any_string_spelling: bool = False) -> "Grammar":
         from gxg.grammar.json_schema import json_schema_to_grammar
         return json_schema_to_grammar(schema, any_whitespace=any_whitespace, indent=indent,
                                       separators=separators, strict_mode=strict_mode,
                                       max_whitespace_cnt=max_whitespace_cnt, any_order=any_order,
-                                      coerce_one_of=coerce_one_of)
+                                      coerce_one_of=coerce_one_of,
+                                      any_string_spelling=any_string_spelling)
 
     @staticmethod
     def builtin_json_grammar() -> "Grammar":

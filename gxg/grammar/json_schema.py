@@ -2,7 +2,8 @@
 written with XGrammar's formatting options.
 
 In:  ``json_schema_to_grammar(schema, *, any_whitespace=True, indent=None, separators=None,
-     strict_mode=True, max_whitespace_cnt=None, any_order=False, coerce_one_of=None)``;
+     strict_mode=True, max_whitespace_cnt=None, any_order=False, coerce_one_of=None,
+     any_string_spelling=False)``;
      ``schema`` is a dict, a bool, a JSON string, or a Pydantic model class (its
      ``model_json_schema()``).
 Out: a ``Grammar`` (root rule ``root``). A schema that cannot be honoured exactly raises
@@ -27,9 +28,24 @@ some valid documents; each such narrowing is listed here:
   with a non-zero fraction digit and no exponent (``15e-1`` is left out);
   bounded numbers: see ``gxg.grammar.json_numbers`` for the exponent forms refused;
 * ``enum`` / ``const`` values: numbers are accepted in the spelling ``json.dumps`` gives them
-  (plus ``1`` / ``1.0`` for integral values), object members in the schema's order; strings in
-  every spelling (raw or escaped, any hex case); with ``any_whitespace`` whitespace is allowed
+  (plus ``1`` / ``1.0`` for integral values), object members in the schema's order; strings
+  only in their canonical spelling (below); with ``any_whitespace`` whitespace is allowed
   between the tokens of an array or object constant (XGrammar accepts only the compact form);
+* strings the schema names — the keys of declared members (``properties`` and ``required``,
+  hence also those of ``dependentRequired`` / ``dependentSchemas`` / ``dependencies``, with or
+  without ``any_order``), keys listed by a ``propertyNames`` ``enum`` / ``const``, and the
+  strings of ``enum`` / ``const`` values, keys and strings nested in array/object constants
+  included — are accepted only in their canonical spelling, XGrammar's: ``"``, ``\\`` and the
+  control characters U+0000-U+001F and DEL (U+007F) escaped (``\\b \\f \\n \\r \\t``, the
+  others ``\\u00xx`` in lowercase hex), every other code point raw (``/`` and non-ASCII
+  included, as UTF-8). That is ``json.dumps(s, ensure_ascii=False)`` except that DEL is
+  written ``\\u007f`` (``json.dumps`` leaves it raw). So ``"s\\u006bu"`` does not spell the
+  key ``sku`` nor ``"a\\/b"`` the constant ``"a/b"``: a model cannot wander off through an
+  escape, and an escaped spelling of a declared key is no additional property either (it is
+  refused). ``any_string_spelling=True`` accepts every spelling instead (raw or escaped, any
+  hex case), to validate existing text. Either way a named string holding a lone surrogate has
+  no spelling and is left out (XGrammar refuses such a schema). Strings the schema does not
+  name (values of ``"type": "string"``, keys of additional properties) keep every spelling;
 * strings whose value is constrained (lengths, ``pattern``, ``format``, excluded values) and keys
   of additional properties do not accept lone surrogate escapes such as ``\\uD800``;
 * ``format``: each known format is a regular language inside what the format checker accepts
@@ -69,11 +85,15 @@ Options (XGrammar's, reference §3.1): ``any_whitespace=True`` allows ``[ \\n\\r
 default to ``","`` / ``":"`` and, when given, must appear (whitespace around them allowed).
 ``any_whitespace=False`` accepts exactly ``json.dumps(value, indent=indent,
 separators=separators)``, separators defaulting to ``(", ", ": ")`` without indent and
-``(",", ": ")`` with one. ``strict_mode=True``: a schema with ``properties`` (or
+``(",", ": ")`` with one (named strings always in their canonical spelling, as above, unless
+``any_string_spelling``). ``strict_mode=True``: a schema with ``properties`` (or
 ``patternProperties``) and no ``additionalProperties`` allows no other properties, and one with
 ``prefixItems`` (or an ``items`` list) and no ``items`` / ``additionalItems`` allows no further
 items; without them the JSON Schema default (anything) holds. ``strict_mode=False`` follows
-JSON Schema throughout.
+JSON Schema throughout. gxg's own options: ``any_order`` and ``coerce_one_of`` (above), and
+``any_string_spelling`` (a bool, default False: only the canonical spelling of the strings the
+schema names; True: every JSON spelling of them, as gxg accepted before; a value that is not a
+bool raises ``GrammarError``).
 
 Keywords. Types and values: ``type`` (a name or a list), ``enum``, ``const``. Strings:
 ``minLength``/``maxLength`` (code points), ``pattern`` (ECMAScript, unanchored: matched
@@ -350,13 +370,44 @@ def _string_constant(text: str) -> Maybe:
     return _seq(_lit('"'), *units, _lit('"'))
 
 
+# The canonical spelling of a string the schema names is XGrammar's: its JSON serializer
+# (picojson's serialize_str) escapes '"', '\' and the control characters U+0000-U+001F and DEL
+# (\b \f \n \r \t short, the others \u00xx in lowercase hex) and writes every other code point
+# raw, '/' and non-ASCII included. That is json.dumps(text, ensure_ascii=False) except for DEL,
+# which json.dumps leaves raw.
+_CANONICAL_ESCAPES = {cp: f"\\u{cp:04x}" for cp in (*range(0x20), 0x7F)}
+_CANONICAL_ESCAPES.update({cp: "\\" + char for cp, char in _SHORT_ESCAPES.items() if char != "/"})
+_SURROGATES = (0xD800, 0xDFFF)
+
+
+def _canonical_spelling(text: str) -> Optional[str]:
+    """The JSON text of the string ``text`` as XGrammar writes it, quotes included; None when
+    ``text`` holds a lone surrogate, which has no UTF-8 form (XGrammar refuses the schema)."""
+    if any(_SURROGATES[0] <= ord(c) <= _SURROGATES[1] for c in text):
+        return None
+    return '"' + "".join(_CANONICAL_ESCAPES.get(ord(c), c) for c in text) + '"'
+
+
+def _canonical_string(text: str) -> Maybe:
+    """The one spelling of the JSON string ``text`` that the default grammar accepts."""
+    spelling = _canonical_spelling(text)
+    return None if spelling is None else _lit(spelling)
+
+
+def _canonical_unit(ranges) -> Maybe:
+    """One code point of ``ranges`` in its canonical spelling (no lone surrogates)."""
+    raw = _subtract_all(ranges, [(cp, cp) for cp in _CANONICAL_ESCAPES] + [_SURROGATES])
+    escapes = [_lit(escape) for cp, escape in _CANONICAL_ESCAPES.items() if _intersect(ranges, cp, cp)]
+    return _alt(CharClass(tuple(raw)) if raw else None, *escapes)
+
+
 # ----------------------------------------------------------------------------- formatting
 
 
 @dataclass(frozen=True)
 class _Member:
-    """A declared property of an object: its name, every spelling of its key, the rest of the
-    member (``: value``), and whether the object requires it."""
+    """A declared property of an object: its name, its key as the document may spell it, the
+    rest of the member (``: value``), and whether the object requires it."""
     name: str
     key: Expr
     rest: Expr
@@ -545,12 +596,13 @@ def _resolve_anchor(root: Any, ref: str, where: str) -> Tuple[Any, str]:
 
 class _Converter:
     def __init__(self, root: Any, fmt: _Format, strict_mode: bool, any_order: bool = False,
-                 coerce_one_of: bool = True):
+                 coerce_one_of: bool = True, any_string_spelling: bool = False):
         self.root = root
         self.fmt = fmt
         self.strict = strict_mode
         self.any_order = any_order
         self.coerce_one_of = coerce_one_of  # an inexpressible oneOf: anyOf (warned) or refused
+        self.any_spelling = any_string_spelling  # named strings: every spelling, or canonical only
         self.rules: Dict[str, Optional[Expr]] = {}
         self.ref_rules: Dict[Tuple[str, int], str] = {}
         self.rule_pointer: Dict[str, str] = {}
@@ -655,7 +707,7 @@ class _Converter:
         if kind in ("integer", "number"):
             return _alt(*[_lit(s) for s in _number_spellings(value)])
         if kind == "string":
-            return _string_constant(value)
+            return self.named_string(value)
         if kind == "array":
             if not value:
                 return fmt.empty("[]")
@@ -671,8 +723,14 @@ class _Converter:
         for i, (key, element) in enumerate(value.items()):
             if i:
                 members.append(fmt.item(depth))
-            members += [_string_constant(key), fmt.key(), self.constant(element, depth + 1)]
+            members += [self.named_string(key), fmt.key(), self.constant(element, depth + 1)]
         return _seq(fmt.open("{", depth), *members, fmt.close("}", depth))
+
+    def named_string(self, text: str) -> Maybe:
+        """A string the schema names (a declared key, an enum/const string): only its canonical
+        spelling, so that a model cannot wander off through an escaped one, unless
+        any_string_spelling asks for every spelling (to validate existing text)."""
+        return _string_constant(text) if self.any_spelling else _canonical_string(text)
 
     # -- schemas
     def keywords(self, schema: Any, ptr: str) -> Dict[str, Any]:
@@ -1470,12 +1528,13 @@ class _Converter:
             self.cache[key] = expr
         return self.cache[key]
 
-    def dfa_expr(self, dfa, hint: str) -> Maybe:
-        """The JSON spellings of the strings ``dfa`` accepts (right-linear rules)."""
+    def dfa_expr(self, dfa, hint: str, named: bool = False) -> Maybe:
+        """The JSON spellings of the strings ``dfa`` accepts (right-linear rules); ``named``:
+        the strings are named by the schema, so spelled as ``named_string`` spells them."""
         def define(ref: RuleRef, body: Expr) -> None:
             self.rules[ref.name] = body
-        return dfa_to_expr(dfa, self.inline_unit, lambda h: RuleRef(self.new_rule(h)), hint,
-                           define_rule=define)
+        unit = _canonical_unit if named and not self.any_spelling else self.inline_unit
+        return dfa_to_expr(dfa, unit, lambda h: RuleRef(self.new_rule(h)), hint, define_rule=define)
 
     def inline_unit(self, ranges) -> Maybe:
         """One JSON string unit whose code point is in ``ranges``, as an expression: a string
@@ -1679,7 +1738,7 @@ class _Converter:
         members: List[_Member] = []
         for name in declared:
             value = self.property_value(name, properties, patterns, extra_schema, names_schema, ptr, depth)
-            key = _string_constant(name)
+            key = self.named_string(name)
             rest = None if value is None or key is None else _seq(key_sep, value)
             if rest is None:  # the property must be absent (or its name cannot be spelled)
                 if name in required:
@@ -1726,9 +1785,9 @@ class _Converter:
             if value is None:
                 return None
             return self.share(_seq(self.key_excluding(declared), key_sep, value), "extra_member")
-        keys = dfa_ops.any_string()
+        keys, named = dfa_ops.any_string(), False
         if names_schema is not True:
-            keys = self.names_dfa(names_schema, f"{ptr}/propertyNames")
+            keys, named = self.names_dfa(names_schema, f"{ptr}/propertyNames")
         if declared:
             keys = dfa_ops.difference(keys, dfa_ops.literal_strings(declared))
         compiled = [(self.regex_dfa(p, True, "patternProperties", ptr), s, p) for p, s in patterns.items()]
@@ -1753,25 +1812,28 @@ class _Converter:
                 value = self.schema(value_schema, value_ptr, depth + 1)
                 if value is None:
                     continue
-                key = self.dfa_expr(language, "key")
+                key = self.dfa_expr(language, "key", named)
                 alternatives.append(_seq(_lit('"'), key, _lit('"'), key_sep, value))
         except dfa_ops.DfaTooLarge as exc:
             raise GrammarError(f"unsupported keyword 'patternProperties' at {ptr}: {exc}") from None
         return self.share(_alt(*alternatives), "extra_member")
 
     def names_dfa(self, names_schema: Any, ptr: str):
+        """(the key values propertyNames admits as a DFA, whether its enum/const lists them:
+        then the schema names each key, which is spelled as ``named_string`` spells it)."""
         flat = self.normal(names_schema, ptr, [2000])
         if flat is False:
-            return dfa_ops.nothing()
+            return dfa_ops.nothing(), False
         if any(k in flat for k in ("anyOf", "oneOf")):
             raise GrammarError(f"unsupported keyword 'propertyNames' at {ptr}: anyOf/oneOf of names")
         if "type" in flat and "string" not in self.types(flat, ptr):
-            return dfa_ops.nothing()
+            return dfa_ops.nothing(), False
         dfa = self.string_dfa(flat, ptr)
         if "enum" in flat or "const" in flat:
             values = flat["enum"] if "enum" in flat else [flat["const"]]
-            dfa = dfa_ops.intersect(dfa, dfa_ops.literal_strings([v for v in values if isinstance(v, str)]))
-        return dfa
+            listed = dfa_ops.literal_strings([v for v in values if isinstance(v, str)])
+            return dfa_ops.intersect(dfa, listed), True
+        return dfa, False
 
     def object_any_order(self, members: List["_Member"], extra: Maybe, lo: int,
                          hi: Optional[int], depth: int, required_order: Seq[int] = ()) -> Maybe:
@@ -2135,14 +2197,18 @@ def _load_schema(schema: Any) -> Any:
 def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: Optional[int] = None,
                            separators: Optional[Tuple[str, str]] = None, strict_mode: bool = True,
                            max_whitespace_cnt: Optional[int] = None, any_order: bool = False,
-                           coerce_one_of: Optional[bool] = None) -> Grammar:
+                           coerce_one_of: Optional[bool] = None,
+                           any_string_spelling: bool = False) -> Grammar:
     """The Grammar of the JSON documents that satisfy ``schema`` (see the module docstring)."""
+    if not isinstance(any_string_spelling, bool):
+        raise GrammarError(f"any_string_spelling must be True or False, got {any_string_spelling!r}")
     root = _load_schema(schema)
     if root is False:
         raise GrammarError("schema 'false' at # matches nothing")
     fmt = _make_format(any_whitespace, indent, separators, max_whitespace_cnt)
     converter = _Converter(root, fmt, strict_mode, any_order,
-                           strict_mode if coerce_one_of is None else bool(coerce_one_of))
+                           strict_mode if coerce_one_of is None else bool(coerce_one_of),
+                           any_string_spelling)
     # The converter recurses along the schema (refs, properties, items): large real schemas
     # nest a few hundred levels, each a handful of frames. Raised for this call only.
     limit = sys.getrecursionlimit()
