@@ -30,21 +30,26 @@
 //                  room differs, and running out of the wide room sets the slot's error.
 //   xg_error_rows  grid B x 128: rows of slots with an error code get the stop tokens only
 //                  (a walk that ran out of room in this fill left its row partial).
-//   xg_budget      grid ceil(V/256) x B, 256 threads: one thread per token id of one slot with
-//                  a token budget (remaining[b] >= 0). An allowed token fits if it is a stop
-//                  token, if D + len * max_rise <= remaining - 1 (D: the largest completion
-//                  distance of the slot's stacks; no walk), or if walking its bytes from some
-//                  top (as xg_uncertain does, BUDGET_STACKS x BUDGET_DEPTH of local room)
-//                  leaves a stack whose distance is at most remaining - 1. Each warp writes
-//                  its 32 answers as one word of ``keep`` (a ballot: no atomics) and flags the
-//                  slot in ``fits`` when one is set. Reads: the row, per walked token its
-//                  bytes and the tables, per surviving stack its pool chain.
-//   xg_budget_apply  grid B x 128: rows of flagged slots become ``keep`` (a subset of the
-//                  row: the fitting tokens); rows with no fitting token stay as they were;
-//                  clears the flags for the next fill. Semantics: ops/reference.py
-//                  restrict_to_budget. A walk that outgrows the local room counts as not
-//                  fitting (a narrowing the CPU reference does not make; it needs more than
-//                  BUDGET_STACKS parallel stacks or BUDGET_DEPTH pushes inside one token).
+//   xg_budget_plan grid B x 32: per slot with a token budget (remaining[b] >= 0), how many
+//                  allowed tokens may not fit and need a walk. A token of L bytes fits without
+//                  a walk when D + L * max_rise <= remaining - 1 (D: the largest completion
+//                  distance of the slot's stacks), so the tokens to walk are those longer than
+//                  (remaining - 1 - D) / max_rise: a prefix of P_IDS_BY_LENGTH (ids by byte
+//                  length, longest first), found by binary search. Writes its length to
+//                  ``plan[b]`` (0: nothing to walk; every id when no bound holds).
+//   xg_budget      grid (blocks_per_slot, B) x 256: the plan's prefix strided over the slot's
+//                  threads (a block past it returns at once: a loose budget costs one read per
+//                  block). A visited allowed non-stop token is walked from every top
+//                  (BUDGET_STACKS x BUDGET_DEPTH of local room, as in xg_uncertain); when no
+//                  stack it leaves is within remaining - 1 bytes of completion its bit is set
+//                  in ``drop`` (atomicOr). Near the end of a budget: one walk per allowed token.
+//   xg_budget_apply  grid B x 256: for a slot whose plan walked tokens, if row & ~drop keeps
+//                  some token the row becomes that; otherwise (no completion fits) the row stays as it was.
+//                  Zeroes the slot's ``drop`` row for the next fill (~3 x W words per slot).
+//                  Semantics: ops/reference.py restrict_to_budget. A walk that outgrows the
+//                  local room counts as not fitting (a narrowing the CPU reference does not
+//                  make: it needs more than BUDGET_STACKS parallel stacks or BUDGET_DEPTH
+//                  pushes inside one token).
 // Invariants
 //   * node ids in the state are local to the slot's grammar; table row = node_base + node;
 //   * a parent entry's index is smaller than its child's (compaction keeps order);
@@ -101,14 +106,15 @@
 #define P_PAIR_UNC_TOKENS 47
 #define P_NODE_DISTANCE 48
 #define P_GRAMMAR_MAX_RISE 49
-#define P_WORK 50        // int32 [B, WORK_CAP, 3]   closure work list
-#define P_SEEN 51        // int32 [B, MAX_CLOSURE, 2] visited (node, parent)
-#define P_TOPS_A 52      // int32 [B, K]             tops being built
-#define P_TOPS_B 53      // int32 [B, K]
-#define P_MARK 54        // int32 [B, P]             compaction marks / new indices
-#define P_LIMITS 55      // int32 [8]: P, K, H, MAX_CLOSURE, WORK_CAP, V
-#define P_WIDE_QUEUE 56  // int32 [1 + 3 * WIDE_QUEUE]: walks queued for xg_uncertain_wide
-#define P_WIDE_SPACE 57  // the wide walk's stacks, WIDE_WORKERS x (WIDE_STACKS + WIDE_WORK)
+#define P_IDS_BY_LENGTH 50
+#define P_WORK 51        // int32 [B, WORK_CAP, 3]   closure work list
+#define P_SEEN 52        // int32 [B, MAX_CLOSURE, 2] visited (node, parent)
+#define P_TOPS_A 53      // int32 [B, K]             tops being built
+#define P_TOPS_B 54      // int32 [B, K]
+#define P_MARK 55        // int32 [B, P]             compaction marks / new indices
+#define P_LIMITS 56      // int32 [8]: P, K, H, MAX_CLOSURE, WORK_CAP, V
+#define P_WIDE_QUEUE 57  // int32 [1 + 3 * WIDE_QUEUE]: walks queued for xg_uncertain_wide
+#define P_WIDE_SPACE 58  // the wide walk's stacks, WIDE_WORKERS x (WIDE_STACKS + WIDE_WORK)
 
 #define FLAG_FINAL 1
 #define FLAG_SCANNABLE 2
@@ -729,12 +735,12 @@ extern "C" __global__ void xg_error_rows(const u64* t, int B, int* bitmask, int 
 
 // ----------------------------------------------------------------------------- budget
 
-#define BUDGET_THREADS 256  // xg_budget: threads per block, whole warps (one word per warp)
+#define BUDGET_THREADS 256  // threads per block of both budget kernels
 #ifndef BUDGET_STACKS
 #define BUDGET_STACKS 8
 #endif
 #ifndef BUDGET_DEPTH
-#define BUDGET_DEPTH 16
+#define BUDGET_DEPTH 12
 #endif
 
 // Completion distance of the pool part of a stack: the nodes from ``entry`` to the bottom.
@@ -745,9 +751,10 @@ __device__ long long pool_distance(const Slot& s, const int* distance, int entry
 }
 
 // Some stack left after walking bytes[lo, hi) from one of the tops is at most ``spare`` bytes
-// from completion.
-__device__ bool walk_fits(const Slot& s, const int* tops, int num_tops, const int* distance,
-                          const unsigned char* bytes, int lo, int hi, long long spare) {
+// from completion. Not inlined: only the threads that walk need its local arrays.
+__device__ __noinline__ bool walk_fits(const Slot& s, const int* tops, int num_tops,
+                                       const int* distance, const unsigned char* bytes, int lo,
+                                       int hi, long long spare) {
   LaneStack<BUDGET_DEPTH> a[BUDGET_STACKS], work[BUDGET_STACKS * 4];
   for (int k = 0; k < num_tops; ++k) {
     int count = walk_bytes(s, tops[k], bytes, lo, hi, a, work, BUDGET_STACKS);
@@ -760,56 +767,90 @@ __device__ bool walk_fits(const Slot& s, const int* tops, int num_tops, const in
   return false;
 }
 
-extern "C" __global__ void xg_budget(const u64* t, int B, const int* bitmask, int words,
-                                     const int* remaining, int* keep, int* fits) {
-  int b = blockIdx.y;
-  if (b >= B || remaining[b] < 0) return;  // the whole block: no warp is left half-way
-  Slot s = make_slot(t, b);
-  if (s.grammar < 0 || ptr<signed char>(t, P_TERMINATED)[b] || ptr<int>(t, P_ERROR)[b]) return;
-  const int* distance = ptr<const int>(t, P_NODE_DISTANCE);
-  const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
-  int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
+__device__ __forceinline__ bool budget_active(const u64* t, int b, const int* remaining) {
+  return remaining[b] >= 0 && ptr<int>(t, P_GRAMMAR)[b] >= 0 &&
+         !ptr<signed char>(t, P_TERMINATED)[b] && !ptr<int>(t, P_ERROR)[b];
+}
+
+extern "C" __global__ void xg_budget_plan(const u64* t, int B, const int* remaining,
+                                          int* plan) {
+  int b = blockIdx.x;
+  if (b >= B) return;
   __shared__ unsigned long long largest;  // D: the largest distance of the slot's stacks
   if (threadIdx.x == 0) largest = 0;
   __syncthreads();
+  if (!budget_active(t, b, remaining)) {
+    if (threadIdx.x == 0) plan[b] = 0;
+    return;
+  }
+  Slot s = make_slot(t, b);
+  const int* distance = ptr<const int>(t, P_NODE_DISTANCE);
+  const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
+  int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
   for (int k = threadIdx.x; k < num_tops; k += blockDim.x)
     atomicMax(&largest, (unsigned long long)pool_distance(s, distance, tops[k]));
   __syncthreads();
+  if (threadIdx.x != 0) return;
   long long spare = (long long)remaining[b] - 1;
   int rise = ptr<const int>(t, P_GRAMMAR_MAX_RISE)[s.grammar];
-  int id = blockIdx.x * blockDim.x + threadIdx.x;
-  bool fit = false;
-  if (id < s.lim.V && ((bitmask[(size_t)b * words + (id >> 5)] >> (id & 31)) & 1)) {
-    const int* id_offsets = ptr<const int>(t, P_ID_OFFSETS);
-    int lo = id_offsets[id], hi = id_offsets[id + 1];
-    if (ptr<const signed char>(t, P_IS_STOP)[id]) {
-      fit = true;
-    } else if (num_tops > 0 && rise >= 0 &&
-               (long long)largest + (long long)(hi - lo) * rise <= spare) {
-      fit = true;
-    } else if (spare >= 0) {
-      fit = walk_fits(s, tops, num_tops, distance, ptr<const unsigned char>(t, P_ID_BYTES), lo,
-                      hi, spare);
-    }
+  if (num_tops == 0 || rise < 0 || (long long)largest > spare) {
+    plan[b] = s.lim.V;  // no bound holds: every token is walked
+    return;
   }
-  unsigned word = __ballot_sync(0xffffffffu, fit);
-  int w = id >> 5;
-  if ((threadIdx.x & 31) == 0 && w < words) {
-    keep[(size_t)b * words + w] = (int)word;
-    if (word) atomicOr(fits + b, 1);
+  if (rise == 0) {
+    plan[b] = 0;
+    return;
+  }
+  long long fit_length = (spare - (long long)largest) / rise;
+  const int* by_length = ptr<const int>(t, P_IDS_BY_LENGTH);
+  const int* id_offsets = ptr<const int>(t, P_ID_OFFSETS);
+  int lo = 0, hi = s.lim.V;  // the first rank whose token is short enough to fit
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    int id = by_length[mid];
+    if (id_offsets[id + 1] - id_offsets[id] <= fit_length) hi = mid; else lo = mid + 1;
+  }
+  plan[b] = lo;
+}
+
+extern "C" __global__ void xg_budget(const u64* t, int B, const int* bitmask, int words,
+                                     const int* remaining, const int* plan, int* drop) {
+  int b = blockIdx.y;
+  if (b >= B) return;
+  int todo = plan[b];
+  if (blockIdx.x * blockDim.x >= todo) return;  // the whole block: nothing left to walk
+  Slot s = make_slot(t, b);
+  const int* distance = ptr<const int>(t, P_NODE_DISTANCE);
+  const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
+  int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
+  long long spare = (long long)remaining[b] - 1;
+  const int* by_length = ptr<const int>(t, P_IDS_BY_LENGTH);
+  const int* id_offsets = ptr<const int>(t, P_ID_OFFSETS);
+  const unsigned char* id_bytes = ptr<const unsigned char>(t, P_ID_BYTES);
+  const signed char* is_stop = ptr<const signed char>(t, P_IS_STOP);
+  const int* row = bitmask + (size_t)b * words;
+  for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < todo; k += gridDim.x * blockDim.x) {
+    int id = by_length[k];
+    if (!((row[id >> 5] >> (id & 31)) & 1) || is_stop[id]) continue;
+    if (!walk_fits(s, tops, num_tops, distance, id_bytes, id_offsets[id], id_offsets[id + 1],
+                   spare))
+      atomicOr(drop + (size_t)b * words + (id >> 5), 1 << (id & 31));
   }
 }
 
-extern "C" __global__ void xg_budget_apply(int B, int* bitmask, int words, const int* keep,
-                                           int* fits) {
+extern "C" __global__ void xg_budget_apply(int B, int* bitmask, int words, const int* plan,
+                                           int* drop) {
   int b = blockIdx.x;
-  if (b >= B) return;
-  int flagged = fits[b];
-  __syncthreads();  // every thread has read the flag before it is cleared
-  if (threadIdx.x == 0) fits[b] = 0;
-  if (!flagged) return;
-  for (int w = threadIdx.x; w < words; w += blockDim.x)
-    bitmask[(size_t)b * words + w] = keep[(size_t)b * words + w];
+  if (b >= B || plan[b] == 0) return;  // nothing was walked, so nothing was dropped
+  int* row = bitmask + (size_t)b * words;
+  int* dropped = drop + (size_t)b * words;
+  int any = 0;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) any |= row[w] & ~dropped[w];
+  bool keeps = __syncthreads_or(any) != 0;  // some token is left after the drops
+  for (int w = threadIdx.x; w < words; w += blockDim.x) {
+    if (keeps) row[w] &= ~dropped[w];
+    dropped[w] = 0;
+  }
 }
 
 // Bytes of P_WIDE_SPACE and ints of P_WIDE_QUEUE the launcher must provide (read with

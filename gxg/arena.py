@@ -17,6 +17,7 @@ Buffers (``G`` grammar slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(
     id_bytes           uint8  [T']     (empty for special and padding ids)
     is_stop            int8   [V]      the tokenizer's stop tokens
     stop_words         int32  [W]      the stop tokens as a bitmask row
+    ids_by_length      int32  [V]      token ids by byte length, longest first (token budgets)
   per grammar slot g
     grammar_node_base  int32  [G]      first row of the grammar's nodes in the per-node tables
     grammar_root       int32  [G]      local start node of the root rule
@@ -71,7 +72,7 @@ ARENA_FIELDS = (
     "token_bytes", "token_offsets", "sorted_token_ids", "id_offsets", "id_bytes", "is_stop",
     "stop_words", "node_pair_lo", "node_pair_hi", "pair_below", "pair_acc_lo", "pair_acc_hi",
     "pair_unc_lo", "pair_unc_hi", "pair_acc_tokens", "pair_unc_tokens", "node_distance",
-    "grammar_max_rise",
+    "grammar_max_rise", "ids_by_length",
 )
 
 # Host views of live arenas, by arena id: the CPU kernels of the ops (which only receive
@@ -252,6 +253,8 @@ class DeviceArena:
         np.cumsum(lengths, out=offsets[1:])
         data = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         self.id_offsets = torch.from_numpy(offsets.astype(np.int32)).to(dev)
+        self.ids_by_length = torch.from_numpy(
+            np.argsort(-lengths, kind="stable").astype(np.int32)).to(dev)
         self.id_bytes = torch.from_numpy(data.copy() if len(data) else
                                          np.zeros(1, np.uint8)).to(dev)
         is_stop = np.zeros(self.vocab_size, dtype=np.int8)

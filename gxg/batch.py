@@ -68,9 +68,9 @@ class GrammarBatch:
         wide = [torch.zeros(queue_ints, **i32),
                 torch.zeros((space_bytes + 3) // 4, **i32)]
         words = (self.vocab_size + 31) // 32
-        # The budget kernels' rows of fitting tokens and per-slot "some token fits" flags
-        # (csrc/automaton.cu xg_budget; unused on the CPU).
-        budget_scratch = [torch.zeros((b, words), **i32), torch.zeros(b, **i32)]
+        # The budget kernels' per-slot count of tokens to walk and rows of tokens to drop (zero
+        # between fills) (csrc/automaton.cu xg_budget_plan / xg_budget; unused on the CPU).
+        budget_scratch = [torch.zeros(b, **i32), torch.zeros((b, words), **i32)]
         arena = self.arena.op_tensors()
         # Device addresses the CUDA kernels index by position (csrc/automaton.cu, P_*).
         addresses = [t.data_ptr() for t in state + arena + scratch + [limits_row] + wide]

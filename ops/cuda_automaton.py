@@ -111,21 +111,27 @@ def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor,
 
 
 BUDGET_THREADS = 256  # csrc/automaton.cu BUDGET_THREADS
+BUDGET_THREADS_PER_BATCH = 2048 * BUDGET_THREADS  # xg_budget's threads over all slots, at least
 
 
 def budget(table: torch.Tensor, bitmask: torch.Tensor, remaining: torch.Tensor,
-           keep: torch.Tensor, fits: torch.Tensor) -> None:
-    """The token budget after a fill: xg_budget writes each budgeted slot's fitting tokens into
-    ``keep`` [B, W] and flags ``fits`` [B] (zero between fills), then xg_budget_apply copies
-    ``keep`` into the rows of flagged slots and clears the flags."""
+           plan: torch.Tensor, drop: torch.Tensor) -> None:
+    """The token budget after a fill: xg_budget_plan counts per slot the tokens that need a walk
+    (``plan`` [B]), xg_budget walks them and marks in ``drop`` [B, W] (zero between fills) those
+    that leave no completion within the slot's budget, xg_budget_apply removes them from the
+    rows where some token is left and zeroes ``drop``. A slot gets enough blocks that the whole
+    launch has about BUDGET_THREADS_PER_BATCH threads (one block per 256 ids at most)."""
     batch, words = bitmask.shape
-    vocab_blocks = (words * 32 + BUDGET_THREADS - 1) // BUDGET_THREADS
-    _launch("xg_budget", table.device, (vocab_blocks, batch), (BUDGET_THREADS,),
+    most = (words * 32 + BUDGET_THREADS - 1) // BUDGET_THREADS
+    per_slot = max(1, min(most, BUDGET_THREADS_PER_BATCH // BUDGET_THREADS // max(batch, 1)))
+    _launch("xg_budget_plan", table.device, (batch,), (32,),
+            (_pointer(table), np.int32(batch), _pointer(remaining), _pointer(plan)))
+    _launch("xg_budget", table.device, (per_slot, batch), (BUDGET_THREADS,),
             (_pointer(table), np.int32(batch), _pointer(bitmask), np.int32(words),
-             _pointer(remaining), _pointer(keep), _pointer(fits)))
-    _launch("xg_budget_apply", table.device, (batch,), (128,),
-            (np.int32(batch), _pointer(bitmask), np.int32(words), _pointer(keep),
-             _pointer(fits)))
+             _pointer(remaining), _pointer(plan), _pointer(drop)))
+    _launch("xg_budget_apply", table.device, (batch,), (BUDGET_THREADS,),
+            (np.int32(batch), _pointer(bitmask), np.int32(words), _pointer(plan),
+             _pointer(drop)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -34,8 +34,10 @@ tokens (this one included), with distances in bytes (``gxg.compiler.completion``
   * the row becomes the fitting tokens when there is one, and stays as it was when there is
     none (no completion fits: the output will end incomplete, as without a budget).
 With ``D`` the largest distance of the live stacks, a token of ``L`` bytes with
-``D + L * max_rise <= remaining - 1`` fits without a walk; the others are walked from the full
-stacks. The answer is exact either way: the skip only saves walks.
+``D + L * max_rise <= remaining - 1`` fits without a walk, so only the tokens longer than
+``(remaining - 1 - D) / max_rise`` (a prefix of the ids sorted by length) are walked from the
+full stacks — nothing while the budget is loose. The answer is exact either way: the bound only
+saves walks.
 """
 from __future__ import annotations
 
@@ -115,16 +117,17 @@ class HostTables:
         """Completion distances of the automaton (the compiled grammar's, cached there)."""
         return self._completion_of()
 
-    def tokens_by_id(self) -> Tuple[np.ndarray, np.ndarray]:
-        """(sorted index of each id, -1 for ids outside the sorted vocabulary; byte length of
-        each id), int64 [V] each (cached)."""
+    def tokens_by_id(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sorted index of each id, -1 for ids outside the sorted vocabulary; the ids by byte
+        length, longest first; minus their lengths, ascending), int64 [V] each (cached)."""
         if self._token_of_id is None:
             sorted_index = np.full(self.vocab_size, -1, dtype=np.int64)
             sorted_index[self.sorted_token_ids] = np.arange(len(self.sorted_token_ids))
             lengths = np.array([len(b) for b in self.decoded_vocab]
                                + [0] * (self.vocab_size - len(self.decoded_vocab)),
                                dtype=np.int64)[: self.vocab_size]
-            self._token_of_id = (sorted_index, lengths)
+            by_length = np.argsort(-lengths, kind="stable")
+            self._token_of_id = (sorted_index, by_length, -lengths[by_length])
         return self._token_of_id
 
     def full_stack_walk(self) -> VocabularyWalk:
@@ -400,32 +403,46 @@ def restrict_to_budget(state: RuntimeState, slot: int, t: HostTables, row: np.nd
     whether some token fits (the row was narrowed, or needed no narrowing)."""
     if remaining < 0 or state.terminated[slot] or state.error[slot]:
         return True
-    allowed = _ids_of(row, t.vocab_size)
-    is_stop = t.is_stop[allowed]
     stacks = state.stacks(slot)
     completion = t.completion
     spare = remaining - 1
-    distances = [completion.stack_distance(stack) for stack in stacks]
-    fits = is_stop.copy()
-    candidates = np.flatnonzero(~is_stop)
-    sorted_index, lengths = t.tokens_by_id()
-    if distances and completion.max_rise != NO_RISE_BOUND:
-        bound = max(distances) + lengths[allowed[candidates]] * completion.max_rise
-        fits[candidates[bound <= spare]] = True
-        candidates = candidates[bound > spare]
-    if len(candidates) and stacks and spare >= 0:
-        walked = _fitting_after(t, stacks, sorted_index[allowed[candidates]], spare)
-        fits[candidates[walked]] = True
-    if not fits.any():
+    largest = max((completion.stack_distance(stack) for stack in stacks), default=0)
+    sorted_index, by_length, minus_lengths = t.tokens_by_id()
+    # The tokens that may not fit: those longer than the bound lets through, a prefix of the
+    # ids by length (all of them when no bound holds).
+    if stacks and completion.max_rise != NO_RISE_BOUND and largest <= spare:
+        if completion.max_rise == 0:
+            return True
+        fit_length = (spare - largest) // completion.max_rise
+        todo = by_length[: int(np.searchsorted(minus_lengths, -fit_length, "right"))]
+    else:
+        todo = by_length
+    todo = todo[(_bits(row, todo)) & ~t.is_stop[todo]]
+    if not len(todo):
+        return True
+    fits = np.zeros(len(todo), dtype=bool)
+    if stacks and spare >= 0:
+        fits = _fitting_after(t, stacks, sorted_index[todo], spare)
+    kept = row.copy()
+    _clear_bits(kept, todo[~fits])
+    if not kept.any():
         return False
-    row[:] = 0
-    _set_bits(row, allowed[fits])
+    row[:] = kept
     return True
 
 
-def _ids_of(row: np.ndarray, vocab_size: int) -> np.ndarray:
-    bits = np.unpackbits(row.view(np.uint8), bitorder="little")[:vocab_size]
-    return np.flatnonzero(bits)
+def _bits(row: np.ndarray, token_ids: np.ndarray) -> np.ndarray:
+    """bool per token id: its bit in ``row``."""
+    words = row.view(np.uint32)[token_ids >> 5]
+    return ((words >> (token_ids & 31).astype(np.uint32)) & 1).astype(bool)
+
+
+def _clear_bits(row: np.ndarray, token_ids: np.ndarray) -> None:
+    if len(token_ids) == 0:
+        return
+    bits = np.left_shift(np.ones(len(token_ids), dtype=np.uint32),
+                         (token_ids & 31).astype(np.uint32))
+    np.bitwise_and.at(row.view(np.uint32), token_ids >> 5, ~bits)
 
 
 def _fitting_after(t: HostTables, stacks, sorted_indices: np.ndarray, spare: int) -> np.ndarray:

@@ -42,12 +42,12 @@ from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
 
 STATE_COUNT = len(RuntimeState.FIELDS)
 RUNTIME_FIELDS = RuntimeState.FIELDS + ("limits", "work", "seen", "tops_a", "tops_b", "mark",
-                                        "wide_queue", "wide_space", "budget_keep",
-                                        "budget_fits", "pointer_table")
+                                        "wide_queue", "wide_space", "budget_plan",
+                                        "budget_drop", "pointer_table")
 LIMITS_INDEX = STATE_COUNT
 WIDE_QUEUE_INDEX = RUNTIME_FIELDS.index("wide_queue")
-BUDGET_KEEP_INDEX = RUNTIME_FIELDS.index("budget_keep")
-BUDGET_FITS_INDEX = RUNTIME_FIELDS.index("budget_fits")
+BUDGET_PLAN_INDEX = RUNTIME_FIELDS.index("budget_plan")
+BUDGET_DROP_INDEX = RUNTIME_FIELDS.index("budget_drop")
 TABLE_INDEX = len(RUNTIME_FIELDS) - 1
 
 try:  # the nvtx package when present, else torch's binding
@@ -218,7 +218,7 @@ def _fill_cuda(runtime, arena, bitmask, remaining=None) -> None:
                              runtime[WIDE_QUEUE_INDEX])
     if remaining is not None:
         cuda_automaton.budget(runtime[TABLE_INDEX], bitmask, remaining,
-                              runtime[BUDGET_KEEP_INDEX], runtime[BUDGET_FITS_INDEX])
+                              runtime[BUDGET_PLAN_INDEX], runtime[BUDGET_DROP_INDEX])
 
 
 @fill_next_token_bitmask.register_kernel("cuda")

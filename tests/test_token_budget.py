@@ -289,6 +289,7 @@ def test_pointer_table_positions_match_the_kernels():
     assert defines["PAIR_UNC_TOKENS"] == state + ARENA_FIELDS.index("pair_unc_tokens")
     assert defines["NODE_DISTANCE"] == state + ARENA_FIELDS.index("node_distance")
     assert defines["GRAMMAR_MAX_RISE"] == state + ARENA_FIELDS.index("grammar_max_rise")
+    assert defines["IDS_BY_LENGTH"] == state + ARENA_FIELDS.index("ids_by_length")
     assert defines["WORK"] == state + len(ARENA_FIELDS)
     assert defines["WIDE_SPACE"] == max(defines.values())
 
