@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    MASKBENCH, import_xgrammar, machine, maskbench_documents, print_table,
+    MASKBENCH, graph_time, import_xgrammar, machine, maskbench_documents, print_table,
 )
 
 from gxg import vocabularies  # noqa: E402
@@ -32,31 +32,6 @@ from gxg.ops import cuda_automaton  # noqa: E402
 from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton  # noqa: E402
 from gxg.ops.fill_triton import fill_dense  # noqa: E402
 from gxg.ops.xg_ops import STATE_COUNT, TABLE_INDEX  # noqa: E402
-
-REPEATS_PER_GRAPH = 20
-
-
-def graph_time(body, replays: int = 7) -> float:
-    """Seconds per call of ``body``: median over replays of a graph of REPEATS_PER_GRAPH calls."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        body()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(REPEATS_PER_GRAPH):
-            body()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / REPEATS_PER_GRAPH)
-    return sorted(times)[len(times) // 2]
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

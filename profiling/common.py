@@ -99,3 +99,30 @@ def import_xgrammar():
     except ImportError:
         print("xgrammar is not installed: gxg only")
         return None
+
+
+REPEATS_PER_GRAPH = 20
+
+
+def graph_time(body, replays: int = 7) -> float:
+    """Seconds per call of ``body`` (CUDA work on the current stream): median over replays of a
+    CUDA graph of REPEATS_PER_GRAPH calls, captured after one warm-up call on a side stream."""
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        body()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(REPEATS_PER_GRAPH):
+            body()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / REPEATS_PER_GRAPH)
+    return sorted(times)[len(times) // 2]
