@@ -39,17 +39,18 @@
 //                  ``plan[b]`` (0: nothing to walk; every id when no bound holds).
 //   xg_budget      grid (blocks_per_slot, B) x 256: the plan's prefix strided over the slot's
 //                  threads (a block past it returns at once: a loose budget costs one read per
-//                  block). A visited allowed non-stop token is walked from every top
-//                  (BUDGET_STACKS x BUDGET_DEPTH of local room, as in xg_uncertain); when no
-//                  stack it leaves is within remaining - 1 bytes of completion its bit is set
-//                  in ``drop`` (atomicOr). Near the end of a budget: one walk per allowed token.
+//                  block). A visited allowed non-stop token is walked from every top (a small
+//                  local room first, BUDGET_STACKS x BUDGET_DEPTH when it outgrows that); when
+//                  no stack it leaves is within remaining - 1 bytes of completion its bit is
+//                  set in ``drop`` (atomicOr). Near the end of a budget: one walk per allowed
+//                  token.
 //   xg_budget_apply  grid B x 256: for a slot whose plan walked tokens, if row & ~drop keeps
-//                  some token the row becomes that; otherwise (no completion fits) the row stays as it was.
-//                  Zeroes the slot's ``drop`` row for the next fill (~3 x W words per slot).
-//                  Semantics: ops/reference.py restrict_to_budget. A walk that outgrows the
-//                  local room counts as not fitting (a narrowing the CPU reference does not
-//                  make: it needs more than BUDGET_STACKS parallel stacks or BUDGET_DEPTH
-//                  pushes inside one token).
+//                  some token the row becomes that; otherwise (no completion fits) the row
+//                  stays as it was. Zeroes the slot's ``drop`` row for the next fill (~3 x W
+//                  words per slot). Semantics: ops/reference.py restrict_to_budget. A walk
+//                  that outgrows even the full room counts as not fitting (a narrowing the CPU
+//                  reference does not make: it needs more than BUDGET_STACKS parallel stacks
+//                  or BUDGET_DEPTH pushes inside one token).
 // Invariants
 //   * node ids in the state are local to the slot's grammar; table row = node_base + node;
 //   * a parent entry's index is smaller than its child's (compaction keeps order);
@@ -742,6 +743,12 @@ extern "C" __global__ void xg_error_rows(const u64* t, int B, int* bitmask, int 
 #ifndef BUDGET_DEPTH
 #define BUDGET_DEPTH 12
 #endif
+#ifndef BUDGET_SMALL_STACKS
+#define BUDGET_SMALL_STACKS 2  // the first room of a budget walk (see walk_fits)
+#endif
+#ifndef BUDGET_SMALL_DEPTH
+#define BUDGET_SMALL_DEPTH 6
+#endif
 
 // Completion distance of the pool part of a stack: the nodes from ``entry`` to the bottom.
 __device__ long long pool_distance(const Slot& s, const int* distance, int entry) {
@@ -750,19 +757,35 @@ __device__ long long pool_distance(const Slot& s, const int* distance, int entry
   return total;
 }
 
-// Some stack left after walking bytes[lo, hi) from one of the tops is at most ``spare`` bytes
-// from completion. Not inlined: only the threads that walk need its local arrays.
-__device__ __noinline__ bool walk_fits(const Slot& s, const int* tops, int num_tops,
-                                       const int* distance, const unsigned char* bytes, int lo,
-                                       int hi, long long spare) {
-  LaneStack<BUDGET_DEPTH> a[BUDGET_STACKS], work[BUDGET_STACKS * 4];
+// 1 if some stack left after walking bytes[lo, hi) from pool entry ``top`` is at most
+// ``spare`` bytes from completion, 0 if none is, -1 if the walk outgrew STACKS x DEPTH. Not
+// inlined, so that each room's local arrays are touched only by the threads that use it.
+template <int STACKS, int DEPTH>
+__device__ __noinline__ int top_fits(const Slot& s, int top, const int* distance,
+                                     const unsigned char* bytes, int lo, int hi,
+                                     long long spare) {
+  LaneStack<DEPTH> a[STACKS], work[STACKS * 4];
+  int count = walk_bytes(s, top, bytes, lo, hi, a, work, STACKS);
+  if (count < 0) return -1;
+  for (int m = 0; m < count; ++m) {
+    long long total = a[m].depth == 0 ? 0 : pool_distance(s, distance, a[m].below);
+    for (int i = 0; i < a[m].depth; ++i) total += distance[s.base + a[m].nodes[i]];
+    if (total <= spare) return 1;
+  }
+  return 0;
+}
+
+// Some top's walk fits. Each walk first gets a small local room (most tokens need one or two
+// stacks: a small frame keeps the local memory in L1, ~10x faster in a JSON string on an H200),
+// and the full BUDGET_STACKS x BUDGET_DEPTH room only when it outgrows that.
+__device__ bool walk_fits(const Slot& s, const int* tops, int num_tops, const int* distance,
+                          const unsigned char* bytes, int lo, int hi, long long spare) {
   for (int k = 0; k < num_tops; ++k) {
-    int count = walk_bytes(s, tops[k], bytes, lo, hi, a, work, BUDGET_STACKS);
-    for (int m = 0; m < count; ++m) {
-      long long total = a[m].depth == 0 ? 0 : pool_distance(s, distance, a[m].below);
-      for (int i = 0; i < a[m].depth; ++i) total += distance[s.base + a[m].nodes[i]];
-      if (total <= spare) return true;
-    }
+    int fits = top_fits<BUDGET_SMALL_STACKS, BUDGET_SMALL_DEPTH>(s, tops[k], distance, bytes,
+                                                                  lo, hi, spare);
+    if (fits < 0)
+      fits = top_fits<BUDGET_STACKS, BUDGET_DEPTH>(s, tops[k], distance, bytes, lo, hi, spare);
+    if (fits > 0) return true;
   }
   return false;
 }

@@ -107,10 +107,15 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=9,
                         help="graph replays (median) on CUDA, fills per state on the CPU")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--define", action="append", default=[],
+                        help="a macro for csrc/automaton.cu, e.g. BUDGET_STACKS=4 (repeatable)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     args.out = args.out or str(RESULTS / ("bench_budget.json" if args.device == "cuda"
                                           else "bench_budget_cpu.json"))
+    if args.define:
+        from gxg.ops import cuda_automaton
+        cuda_automaton.KERNEL_DEFINES = tuple(f"-D{d}" for d in args.define)
     info = vocabularies.tokenizer_info_for("qwen")
     tokenizer = vocabularies.qwen_tokenizer()
     compiler = GrammarCompiler(info)
@@ -129,7 +134,7 @@ def main() -> None:
     print()
     print_table(rows, list(rows[0]))
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    out = {"device": device, "machine": machine(),
+    out = {"device": device, "machine": machine(), "defines": args.define,
            "vocab_size": info.vocab_size, "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))

@@ -299,8 +299,14 @@ def test_pointer_table_positions_match_the_kernels():
 
 @cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_cuda_budget_masks_match_cpu(zoo_compiled, seed):
+@pytest.mark.parametrize("seed,defines", [
+    (0, ()), (1, ()), (2, ()),
+    # every walk outgrows the first room and takes the full one
+    (3, ("-DBUDGET_SMALL_STACKS=1", "-DBUDGET_SMALL_DEPTH=1")),
+])
+def test_cuda_budget_masks_match_cpu(zoo_compiled, seed, defines, monkeypatch):
+    from gxg.ops import cuda_automaton
+    monkeypatch.setattr(cuda_automaton, "KERNEL_DEFINES", defines)
     info, compiled = zoo_compiled
     names = ZOO_NAMES
     rng = random.Random(seed)
