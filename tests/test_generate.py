@@ -2,12 +2,15 @@
 
 Short greedy generations on the CPU under a JSON schema file, a regex and an EBNF file: stdout
 must be exactly the generated text, and that text must be valid (json + jsonschema,
-re.fullmatch, the reference recognizer); the device-op grammar backend (the CUDA path, here on
+re.fullmatch, the reference recognizer) and JSON laid out as json.dumps writes it (one line, or
+with --indent); the device-op grammar backend (the CUDA path, here on
 its CPU kernels) must generate the same text as the host matcher. Then the ways the command
 refuses: a schema gxg cannot compile (exit 2, the keyword named, no traceback, also through
 ``python -m gxg``), bad arguments (exit 2), no or two grammar options (argparse usage error),
-a token budget too small for the grammar to end (exit 1, said on stderr). The model loads once
-(``load_model`` is cached).
+a token budget below the grammar's shortest output (exit 1, said on stderr). Token budgets:
+sampled generations with tight budgets end complete and valid; --no-budget lets them run out. The model loads once
+(``load_model`` is cached), through the session's model cache (``cli_helpers``). The other
+command-line behaviours are in test_cli.py.
 """
 from __future__ import annotations
 
@@ -19,25 +22,18 @@ import sys
 import pytest
 import torch
 
+from cli_helpers import (assert_json_dumps_layout, model_cache_dir,  # noqa: F401 (fixtures)
+                         needs_smollm2, run_cli, use_session_model_cache)
 from gxg.__main__ import main
 from gxg.generate import UsageError, read_schema_argument
-from gxg.vocabularies import missing_packages
 
 jsonschema = pytest.importorskip("jsonschema")
-needs_smollm2 = pytest.mark.skipif(bool(missing_packages("smollm2")),
-                                   reason=f"needs {', '.join(missing_packages('smollm2'))}")
 
 SCHEMA = {"type": "object",
           "properties": {"name": {"type": "string", "maxLength": 20},
                          "age": {"type": "integer"}},
           "required": ["name", "age"]}
 GREEDY_CPU = ["--temperature", "0", "--device", "cpu"]
-
-
-def run_cli(capsys, *args):
-    status = main(["generate", *args])
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @needs_smollm2
@@ -49,7 +45,18 @@ def test_schema_generation_is_valid_json(capsys, tmp_path):
                                "--max-new-tokens", "64")
     assert status == 0, err
     jsonschema.validate(json.loads(out), SCHEMA)
+    assert_json_dumps_layout(out, None)
     assert "tokens/s" in err and "TTFT" in err and "grammar" in err
+
+
+@needs_smollm2
+def test_indented_schema_generation(capsys):
+    status, out, err = run_cli(capsys, "--schema", json.dumps(SCHEMA), "--indent", "2",
+                               *GREEDY_CPU, "--prompt", "Give a person's name and age as JSON.",
+                               "--max-new-tokens", "64")
+    assert status == 0, err
+    jsonschema.validate(json.loads(out), SCHEMA)
+    assert_json_dumps_layout(out, 2)
 
 
 @needs_smollm2
@@ -95,11 +102,58 @@ def test_host_and_device_op_grammar_backends_generate_the_same_text():
 
 
 @needs_smollm2
-def test_running_out_of_tokens_is_an_error(capsys):
-    status, out, err = run_cli(capsys, "--json", *GREEDY_CPU, "--max-new-tokens", "3")
+def test_a_budget_below_the_shortest_output_is_an_error(capsys):
+    # SmolLM2 spells digits one per token: twelve digits need twelve tokens
+    status, out, err = run_cli(capsys, "--regex", "[0-9]{12}", *GREEDY_CPU,
+                               "--max-new-tokens", "3")
     assert status == 1
     assert out  # what was generated is shown ...
     assert "INCOMPLETE" in err and "--max-new-tokens 3" in err  # ... and said to be unfinished
+    assert "no output that short" in err
+
+
+@needs_smollm2
+def test_without_the_budget_the_output_runs_out(capsys):
+    status, out, err = run_cli(capsys, "--json", *GREEDY_CPU, "--max-new-tokens", "3",
+                               "--no-budget")
+    assert status == 1
+    assert out and "INCOMPLETE" in err and "--no-budget" in err
+    status, out, err = run_cli(capsys, "--json", *GREEDY_CPU, "--max-new-tokens", "3")
+    assert status == 0, err  # the same budget, kept: the model closes what it opened
+    json.loads(out)
+
+
+TIGHT_SCHEMA = {"type": "object",
+                "properties": {"name": {"type": "string"},
+                               "tags": {"type": "array", "items": {"type": "string"},
+                                        "minItems": 1},
+                               "note": {"type": "string"}},
+                "required": ["name", "tags"]}
+
+
+@needs_smollm2
+@pytest.mark.parametrize("grammar,budget", [
+    (["--json"], 40),
+    (["--json", "--indent", "2"], 40),
+    (["--json", "--any-whitespace"], 30),
+    (["--schema", json.dumps(TIGHT_SCHEMA)], 40),
+    (["--schema", json.dumps(TIGHT_SCHEMA)], 24),
+])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tight_budgets_end_with_complete_valid_output(capsys, grammar, budget, seed):
+    """Sampled (temperature 1, a fresh draw per seed) with a budget the small model would
+    otherwise overrun: the output is complete, parses and satisfies the schema."""
+    status, out, err = run_cli(capsys, *grammar, "--temperature", "1", "--device", "cpu",
+                               "--seed", str(seed), "--max-new-tokens", str(budget),
+                               "--prompt", "Describe a cat as JSON with many details.")
+    assert status == 0, err
+    value = json.loads(out)
+    if grammar[0] == "--schema":
+        jsonschema.validate(value, TIGHT_SCHEMA)
+    else:
+        assert isinstance(value, (dict, list))
+    assert re.search(r"\b(\d+) tokens? in", err) and \
+        int(re.search(r"\b(\d+) tokens? in", err).group(1)) <= budget
 
 
 def test_schema_argument_is_a_file_or_inline_json(tmp_path):
