@@ -89,3 +89,32 @@ def test_ops_read_strided_token_ids(setup):
         results.append(batch.accept(table[:, 0]).cpu())
     assert results[0].tolist() == [True, True]
     assert torch.equal(results[0], results[1])
+
+
+BUDGET_SCHEMA = {"type": "object",
+                 "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+                 "required": ["tags"]}
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_token_budget_on_cuda_matches_matchers_and_completes(setup, do_sample):
+    """With ``max_new_tokens`` given to the processor, a random model (which never closes what it
+    opens by itself) ends both rows with complete JSON within 20 tokens, the device ops giving
+    exactly the host matchers' tokens."""
+    info, stop, _, model = setup
+    compiled = GrammarCompiler(info).compile_json_schema(BUDGET_SCHEMA, any_whitespace=False)
+    input_ids = torch.tensor(PROMPTS, device="cuda")
+    rows = {}
+    for backend in ("batch", "matcher"):
+        processor = LogitsProcessor(compiled, backend=backend, max_new_tokens=20)
+        torch.manual_seed(1)
+        out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                             logits_processor=[processor], do_sample=do_sample,
+                             max_new_tokens=20, pad_token_id=stop, eos_token_id=stop)
+        rows[backend] = out[:, input_ids.shape[1]:].cpu()
+    assert torch.equal(rows["batch"], rows["matcher"])
+    for row in rows["batch"].tolist():
+        tokens = row[:row.index(stop)] if stop in row else row
+        text = b"".join(info.decoded_vocab[t] for t in tokens).decode("utf-8")
+        assert grammar_accepts(compiled.grammar, text), text
+        assert isinstance(json.loads(text)["tags"], list)
