@@ -48,8 +48,8 @@ def reset_token_bitmask(bitmask: torch.Tensor) -> None:
 def apply_token_bitmask_inplace(logits: torch.Tensor, bitmask: torch.Tensor, *,
                                 vocab_size: Optional[int] = None,
                                 indices: Optional[Sequence[int]] = None) -> None:
-    """Set logits of disallowed tokens to -inf (CPU tensors; the GPU op arrives with the
-    runtime issue)."""
+    """Set logits of disallowed tokens to -inf with the reference implementation
+    (``ops/apply_bitmask.py``); the CUDA kernel is ``torch.ops.xg.apply_token_bitmask_inplace``."""
     apply_token_bitmask_inplace_cpu(logits, bitmask, vocab_size=vocab_size, indices=indices)
 
 

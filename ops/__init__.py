@@ -1,5 +1,16 @@
-"""torch.library ops under the ``xg`` namespace (installed as ``gxg.ops``).
+"""The per-step ops, registered with ``torch.library`` under the ``xg`` namespace (this
+directory installs as ``gxg.ops``; ``import gxg`` registers ``torch.ops.xg`` once torch is
+imported).
 
-The per-step ops (fill, apply, accept, rollback, reset) arrive with the runtime issues; this
-package exists now so that the layout fixed by the design card installs and imports.
+  xg_ops.py          the ``torch.ops.xg`` ops (reset, accept_token, rollback,
+                     fill_next_token_bitmask, apply_token_bitmask_inplace, fill_and_apply,
+                     fill_and_sample): schemas, CPU and CUDA kernels, fake kernels
+  reference.py       the CPU reference of the per-step ops on one ``RuntimeState`` slot (the
+                     CPU kernels and ``GrammarMatcher`` run it; the CUDA kernels must equal it)
+  apply_bitmask.py   bitmask -> -inf logits on the CPU (the reference of the apply kernel)
+  fill_triton.py     Triton kernel: the dense part of the next-token bitmask
+  cuda_automaton.py  launchers of the CUDA C++ automaton kernels (csrc/automaton.cu: reset,
+                     accept, rollback, uncertain tokens, token budget), compiled with NVRTC
+  apply_triton.py    Triton kernel: apply a bitmask to logits in place
+  sample_triton.py   Triton kernel: masked sampling (greedy, temperature, top-k, top-p)
 """

@@ -20,7 +20,7 @@ from gxg.matcher import GrammarMatcher, allocate_token_bitmask
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
 from gxg.tokenizer import TokenizerInfo, VocabType
 from mask_oracles import mask_to_bool
-from test_matcher import GRAMMAR_ZOO, synthetic_vocab, zoo_grammar
+from grammar_zoo import GRAMMAR_ZOO, synthetic_vocab, zoo_grammar
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

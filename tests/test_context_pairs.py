@@ -15,7 +15,7 @@ from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask
 from gxg.ops.reference import _walk_from_stack
 from mask_oracles import mask_to_bool
-from test_matcher import GRAMMAR_ZOO, make_info, synthetic_vocab, zoo_grammar
+from grammar_zoo import GRAMMAR_ZOO, make_info, synthetic_vocab, zoo_grammar
 
 
 @pytest.mark.parametrize("name,ebnf,sentences", GRAMMAR_ZOO, ids=[z[0] for z in GRAMMAR_ZOO])

@@ -22,65 +22,8 @@ from gxg.matcher import (
 from gxg.runtime import RuntimeLimits
 from gxg.testing import Recognizer
 from gxg.tokenizer import TokenizerInfo, VocabType
+from grammar_zoo import GRAMMAR_ZOO, make_info, synthetic_vocab, zoo_grammar
 from mask_oracles import brute_force_mask, mask_to_bool, recognizer_mask
-
-# (name, EBNF, sentences of the language used to build vocabularies and real walks)
-GRAMMAR_ZOO = [
-    ("nested_arrays",
-     'root ::= array\narray ::= "[" (value ("," value)*)? "]"\nvalue ::= array | [0-9]+',
-     ["[[1,2],[3,[4]]]", "[]", "[[[]],12]"]),
-    ("arithmetic",
-     'root ::= expr\nexpr ::= expr ("+" | "-") term | term\n'
-     'term ::= term ("*" | "/") factor | factor\nfactor ::= [0-9]+ | "(" expr ")"',
-     ["1+2*3", "(4-5)/6*(7+8)", "((9))"]),
-    ("left_recursive_list",
-     'root ::= "[" list "]"\nlist ::= list "," item | item\nitem ::= [a-z]+',
-     ["[a,bc,def]", "[x]"]),
-    ("ambiguous",
-     'root ::= b* b*\nb ::= "x" | "xx"',
-     ["xxxxx", "", "x"]),
-    ("nullable_heavy",
-     'root ::= a b c "!"\na ::= "a"?\nb ::= a a | ""\nc ::= b? "c"*',
-     ["aaacc!", "!", "a!", "cc!"]),
-    ("unicode",
-     'root ::= [α-ω]+ " " [^\\x00-\\x7f]* "."',
-     ["αβγ ü€😀.", "ω ."]),
-    ("lookahead",
-     'root ::= "{" pair ("," pair)* "}"\npair ::= key ":" [0-9]+\n'
-     'key ::= "\\"" [a-z]+ "\\"" (= ":")',
-     ['{"a":1,"bc":23}', '{"x":0}']),
-    ("right_recursive",
-     'root ::= item\nitem ::= "a" item | "b"',
-     ["aaab", "b"]),
-    ("json", None,
-     ['{"a": [1, 2.5e3, true, null], "b": {"c": "d\\n\\u00e9"}}', '[]', '[{"x":"y"}, -0.1]']),
-]
-
-
-def zoo_grammar(ebnf):
-    return gxg.Grammar.builtin_json_grammar() if ebnf is None else gxg.Grammar.from_ebnf(ebnf)
-
-
-def synthetic_vocab(sentences, seed=0):
-    """Single bytes for ASCII, all 1–4 byte substrings of the sentences, UTF-8 fragments,
-    an empty (special) token and a stop token."""
-    rng = random.Random(seed)
-    tokens = {bytes([b]) for b in range(32, 127)} | {b"\n", b"\t", b"\x00"}
-    for sentence in sentences:
-        data = sentence.encode()
-        for i in range(len(data)):
-            for j in range(i + 1, min(len(data), i + 4) + 1):
-                tokens.add(data[i:j])
-        tokens.update(bytes([c]) for c in data)
-    for _ in range(40):
-        tokens.add(bytes(rng.randrange(256) for _ in range(rng.randint(1, 3))))
-    vocab = sorted(tokens) + [b"", b"</s>"]
-    return vocab
-
-
-def make_info(vocab, extra_padding=3):
-    return TokenizerInfo(vocab, VocabType.RAW, vocab_size=len(vocab) + extra_padding,
-                         stop_token_ids=[len(vocab) - 1])
 
 
 def check_mask(matcher, recognizer, consumed, info):

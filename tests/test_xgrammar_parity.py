@@ -14,7 +14,7 @@ from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask  # noqa: E402
 from gxg.tokenizer import TokenizerInfo, VocabType  # noqa: E402
 from mask_oracles import mask_to_bool  # noqa: E402
-from test_matcher import GRAMMAR_ZOO, synthetic_vocab  # noqa: E402
+from grammar_zoo import GRAMMAR_ZOO, synthetic_vocab  # noqa: E402
 
 BUILTIN_JSON = None
 
