@@ -1,8 +1,8 @@
 // Automaton walks of gxg's runtime on the GPU: accept, reset, rollback, uncertain-token check.
 //
-// In:  a pointer table (``Ptr`` indices below) to the RuntimeState fields (gxg/runtime.py,
-//      RuntimeState.FIELDS) and the DeviceArena buffers (gxg/arena.py, ARENA_FIELDS), plus the
-//      per-launch arguments (token ids, rollback counts, the bitmask).
+// In:  a pointer table (P_* indices) to every buffer gxg/layout.py declares — the runtime state,
+//      the DeviceArena's buffers and the kernels' scratch — plus the per-launch arguments
+//      (token ids, rollback counts, the bitmask, token budgets).
 // Out: the state advanced exactly as ops/reference.py advances it, entry for entry: the same
 //      moves in the same order (scan every top, close the new stacks with a LIFO work list in
 //      seed order, one visit per (node, parent), pool entries reused or appended, window
@@ -57,75 +57,9 @@
 //   * an op that hits a limit leaves the state as it was (pool size restored) and sets error;
 //   * unbound slots (grammar < 0) accept every token and keep no state.
 
-#define P_POOL_NODE 0
-#define P_POOL_PARENT 1
-#define P_POOL_SIZE 2
-#define P_TOPS 3
-#define P_NUM_TOPS 4
-#define P_CAN_END 5
-#define P_TERMINATED 6
-#define P_ERROR 7
-#define P_GRAMMAR 8
-#define P_HIST_TOPS 9
-#define P_HIST_NUM_TOPS 10
-#define P_HIST_POOL_SIZE 11
-#define P_HIST_CAN_END 12
-#define P_HIST_TERMINATED 13
-#define P_HIST_LEN 14
-#define P_HIST_HEAD 15
-#define P_NODE_BASE 16
-#define P_ROOT 17
-#define P_BYTE_CLASS 18
-#define P_CLASSES 19
-#define P_NODE_NEXT 20
-#define P_NEXT_FLAT 21
-#define P_NODE_FLAGS 22
-#define P_REF_LO 23
-#define P_REF_HI 24
-#define P_REF_START 25
-#define P_REF_RETURN 26
-#define P_NODE_ROW 27
-#define P_UNC_LO 28
-#define P_UNC_HI 29
-#define P_ACCEPT_ROWS 30
-#define P_UNCERTAIN 31
-#define P_TOKEN_BYTES 32
-#define P_TOKEN_OFFSETS 33
-#define P_SORTED_IDS 34
-#define P_ID_OFFSETS 35
-#define P_ID_BYTES 36
-#define P_IS_STOP 37
-#define P_STOP_WORDS 38
-#define P_NODE_PAIR_LO 39
-#define P_NODE_PAIR_HI 40
-#define P_PAIR_BELOW 41
-#define P_PAIR_ACC_LO 42
-#define P_PAIR_ACC_HI 43
-#define P_PAIR_UNC_LO 44
-#define P_PAIR_UNC_HI 45
-#define P_PAIR_ACC_TOKENS 46
-#define P_PAIR_UNC_TOKENS 47
-#define P_NODE_DISTANCE 48
-#define P_GRAMMAR_MAX_RISE 49
-#define P_IDS_BY_LENGTH 50
-#define P_WORK 51        // int32 [B, WORK_CAP, 3]   closure work list
-#define P_SEEN 52        // int32 [B, MAX_CLOSURE, 2] visited (node, parent)
-#define P_TOPS_A 53      // int32 [B, K]             tops being built
-#define P_TOPS_B 54      // int32 [B, K]
-#define P_MARK 55        // int32 [B, P]             compaction marks / new indices
-#define P_LIMITS 56      // int32 [8]: P, K, H, MAX_CLOSURE, WORK_CAP, V
-#define P_WIDE_QUEUE 57  // int32 [1 + 3 * WIDE_QUEUE]: walks queued for xg_uncertain_wide
-#define P_WIDE_SPACE 58  // the wide walk's stacks, WIDE_WORKERS x (WIDE_STACKS + WIDE_WORK)
-
-#define FLAG_FINAL 1
-#define FLAG_SCANNABLE 2
-#define FLAG_PURE_RETURN 4
-
-#define ERR_TOO_MANY_STACKS 1
-#define ERR_POOL_FULL 2
-#define ERR_CLOSURE_TOO_LARGE 3
-#define ERR_ROLLBACK_TOO_FAR 4
-#define ERR_UNCERTAIN_WALK_TOO_LARGE 5
+// P_<NAME> (pointer table positions), FLAG_*, ERR_*, L_* (limits row positions), UNC_THREADS
+// and BUDGET_THREADS come from gxg/layout.py, which declares them once: ops/cuda_automaton.py
+// prepends its cuda_header() when it compiles this file.
 
 typedef unsigned long long u64;
 
@@ -140,7 +74,7 @@ struct Limits {
 
 __device__ __forceinline__ Limits load_limits(const u64* t) {
   const int* l = ptr<const int>(t, P_LIMITS);
-  Limits limits = {l[0], l[1], l[2], l[3], l[4], l[5]};
+  Limits limits = {l[L_P], l[L_K], l[L_H], l[L_MAX_CLOSURE], l[L_WORK_CAP], l[L_V]};
   return limits;
 }
 
@@ -172,18 +106,18 @@ __device__ Slot make_slot(const u64* t, int b) {
   s.b = b;
   s.grammar = ptr<int>(t, P_GRAMMAR)[b];
   int g = s.grammar < 0 ? 0 : s.grammar;
-  s.base = ptr<const int>(t, P_NODE_BASE)[g];
+  s.base = ptr<const int>(t, P_GRAMMAR_NODE_BASE)[g];
   s.pool_node = ptr<int>(t, P_POOL_NODE) + (size_t)b * s.lim.P;
   s.pool_parent = ptr<int>(t, P_POOL_PARENT) + (size_t)b * s.lim.P;
   s.pool_size = ptr<int>(t, P_POOL_SIZE) + b;
   s.node_next = ptr<const int>(t, P_NODE_NEXT);
   s.next_flat = ptr<const int>(t, P_NEXT_FLAT);
   s.node_flags = ptr<const int>(t, P_NODE_FLAGS);
-  s.ref_lo = ptr<const int>(t, P_REF_LO);
-  s.ref_hi = ptr<const int>(t, P_REF_HI);
+  s.ref_lo = ptr<const int>(t, P_NODE_REF_LO);
+  s.ref_hi = ptr<const int>(t, P_NODE_REF_HI);
   s.ref_start = ptr<const int>(t, P_REF_START);
   s.ref_return = ptr<const int>(t, P_REF_RETURN);
-  s.byte_class = ptr<const int>(t, P_BYTE_CLASS) + (size_t)g * 256;
+  s.byte_class = ptr<const int>(t, P_GRAMMAR_BYTE_CLASS) + (size_t)g * 256;
   return s;
 }
 
@@ -455,7 +389,7 @@ extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
   ptr<signed char>(t, P_CAN_END)[b] = 0;
   if (s.grammar < 0) return;
   int* work = ptr<int>(t, P_WORK) + (size_t)b * s.lim.work_cap * 3;
-  work[0] = ptr<const int>(t, P_ROOT)[s.grammar];
+  work[0] = ptr<const int>(t, P_GRAMMAR_ROOT)[s.grammar];
   work[1] = -1;
   work[2] = -1;
   int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
@@ -512,7 +446,6 @@ extern "C" __global__ void xg_rollback(const u64* t, int B, const long long* num
 #define UNC_DEPTH 12      // nodes one stack may push above the pool part
 #endif
 #define UNC_WORK (UNC_STACKS * 4)
-#define UNC_THREADS 64    // threads per slot: the slot's tops' uncertain tokens, one a thread
 
 // The wide walk: a token whose walk outgrows the local arrays above is queued (slot, top,
 // token) and walked again by xg_uncertain_wide, whose workers keep their stacks in global
@@ -645,7 +578,7 @@ __device__ int walk_token(const Slot& s, int top, int sorted, LaneStack<DEPTH>* 
 }
 
 __device__ __forceinline__ void set_bit(const u64* t, int* bitmask, int words, int b, int sorted) {
-  int id = ptr<const int>(t, P_SORTED_IDS)[sorted];
+  int id = ptr<const int>(t, P_SORTED_TOKEN_IDS)[sorted];
   atomicOr(bitmask + (size_t)b * words + (id >> 5), 1 << (id & 31));
 }
 
@@ -655,7 +588,7 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
   Slot s = make_slot(t, b);
   int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
   if (s.grammar < 0 || ptr<signed char>(t, P_TERMINATED)[b] || ptr<int>(t, P_ERROR)[b]) return;
-  const int* uncertain = ptr<const int>(t, P_UNCERTAIN);
+  const int* uncertain = ptr<const int>(t, P_UNCERTAIN_TOKENS);
   const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
   int* queue = ptr<int>(t, P_WIDE_QUEUE);
   LaneStack<UNC_DEPTH> a[UNC_STACKS], work[UNC_WORK];
@@ -667,8 +600,8 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
     int below = parent >= 0 ? s.pool_node[parent] : -1;
     // The second level: the pair (node, node below) lists the tokens accepted given the
     // caller's frame, and the few still to walk; without a pair, walk all of the node's.
-    int lo = ptr<const int>(t, P_UNC_LO)[s.base + node];
-    int hi = ptr<const int>(t, P_UNC_HI)[s.base + node];
+    int lo = ptr<const int>(t, P_NODE_UNC_LO)[s.base + node];
+    int hi = ptr<const int>(t, P_NODE_UNC_HI)[s.base + node];
     const int* walk_list = uncertain;
     int pair = -1;
     for (int q = ptr<const int>(t, P_NODE_PAIR_LO)[s.base + node];
@@ -736,7 +669,6 @@ extern "C" __global__ void xg_error_rows(const u64* t, int B, int* bitmask, int 
 
 // ----------------------------------------------------------------------------- budget
 
-#define BUDGET_THREADS 256  // threads per block of both budget kernels
 #ifndef BUDGET_STACKS
 #define BUDGET_STACKS 8
 #endif

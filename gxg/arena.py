@@ -7,7 +7,8 @@ Out: flat tensors on one device whose addresses never change (graphs captured ea
      are *local* to a grammar (the CPU reference and the kernels hold the same numbers); a
      kernel adds ``grammar_node_base[g]`` to index the per-node tables.
 
-Buffers (``G`` grammar slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
+Buffers (names, dtypes and order declared in ``gxg.layout``, group "arena"; ``G`` grammar
+slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
 
   vocabulary, shared by every grammar
     token_bytes        uint8  [T]      bytes of the sorted vocabulary, concatenated
@@ -59,21 +60,19 @@ from typing import Dict, List, Tuple
 import numpy as np
 import torch
 
+from gxg import layout
 from gxg.grammar_compiler import CompiledGrammar
+from gxg.layout import NodeFlag
 from gxg.tokenizer import TokenizerInfo
 
-FINAL, SCANNABLE, PURE_RETURN = 1, 2, 4
-
-# The arena tensors in the order the ops receive them (``DeviceArena.op_tensors()``).
-ARENA_FIELDS = (
-    "grammar_node_base", "grammar_root", "grammar_byte_class", "grammar_classes",
-    "node_next", "next_flat", "node_flags", "node_ref_lo", "node_ref_hi", "ref_start",
-    "ref_return", "node_row", "node_unc_lo", "node_unc_hi", "accept_rows", "uncertain_tokens",
-    "token_bytes", "token_offsets", "sorted_token_ids", "id_offsets", "id_bytes", "is_stop",
-    "stop_words", "node_pair_lo", "node_pair_hi", "pair_below", "pair_acc_lo", "pair_acc_hi",
-    "pair_unc_lo", "pair_unc_hi", "pair_acc_tokens", "pair_unc_tokens", "node_distance",
-    "grammar_max_rise", "ids_by_length",
-)
+# The arena tensors in the order the ops receive them (``DeviceArena.op_tensors()``): the
+# layout's "arena" group.
+ARENA_FIELDS = tuple(layout.names("arena"))
+# Buffers built from the vocabulary (``_build_vocabulary``); the others are sized by the
+# capacity and filled by ``register``. Empty entries of these start at FILL (else 0).
+VOCABULARY_FIELDS = ("token_bytes", "token_offsets", "sorted_token_ids", "id_offsets",
+                     "id_bytes", "is_stop", "stop_words", "ids_by_length")
+FILL = {"next_flat": -1, "node_row": -1, "grammar_classes": 1}
 
 # Host views of live arenas, by arena id: the CPU kernels of the ops (which only receive
 # tensors and an int) find a grammar's host tables here. Weak: an arena that is gone drops out.
@@ -120,10 +119,10 @@ _BUFFER_OF_CAPACITY = {"nodes": "nodes", "next_entries": "next_flat", "ref_edges
 
 def entry_counts(compiled: CompiledGrammar) -> Dict[str, int]:
     """Entries a compiled grammar takes in each arena buffer."""
-    a, layout, pairs = compiled.automaton, compiled.kernel_layout, compiled.context_pairs
+    a, masks, pairs = compiled.automaton, compiled.kernel_layout, compiled.context_pairs
     return {"nodes": a.num_nodes, "next_flat": a.num_nodes * a.num_classes,
-            "refs": int(a.ref_offsets[-1]), "accept_rows": layout.accept_rows.shape[0],
-            "uncertain": int(layout.uncertain_tokens.shape[0]),
+            "refs": int(a.ref_offsets[-1]), "accept_rows": masks.accept_rows.shape[0],
+            "uncertain": int(masks.uncertain_tokens.shape[0]),
             "pairs": int(pairs.pair_below.shape[0]),
             "pair_acc": int(pairs.pair_acc_tokens.shape[0]),
             "pair_unc": int(pairs.pair_unc_tokens.shape[0])}
@@ -185,7 +184,7 @@ class DeviceArena:
         self.device = torch.device(device)
         self.capacity = capacity
         self.vocab_size = tokenizer_info.vocab_size
-        self.words = (self.vocab_size + 31) // 32
+        self.words = layout.bitmask_words(self.vocab_size)
         self.arena_id = _next_arena_id[0]
         _next_arena_id[0] += 1
         LIVE_ARENAS[self.arena_id] = self
@@ -202,35 +201,13 @@ class DeviceArena:
             "pair_acc": _Ranges("pair_acc", c.pair_tokens, 4),
             "pair_unc": _Ranges("pair_unc", c.pair_tokens, 4),
         }
-        dev = self.device
-        i32 = dict(dtype=torch.int32, device=dev)
-        self.grammar_node_base = torch.zeros(g, **i32)
-        self.grammar_root = torch.zeros(g, **i32)
-        self.grammar_byte_class = torch.zeros((g, 256), **i32)
-        self.grammar_classes = torch.ones(g, **i32)
-        self.node_next = torch.zeros(n, **i32)
-        self.next_flat = torch.full((c.next_entries,), -1, **i32)
-        self.node_flags = torch.zeros(n, **i32)
-        self.node_ref_lo = torch.zeros(n, **i32)
-        self.node_ref_hi = torch.zeros(n, **i32)
-        self.ref_start = torch.zeros(c.ref_edges, **i32)
-        self.ref_return = torch.zeros(c.ref_edges, **i32)
-        self.node_row = torch.full((n,), -1, **i32)
-        self.node_unc_lo = torch.zeros(n, **i32)
-        self.node_unc_hi = torch.zeros(n, **i32)
-        self.accept_rows = torch.zeros((c.accept_rows, self.words), **i32)
-        self.uncertain_tokens = torch.zeros(c.uncertain_tokens, **i32)
-        self.node_pair_lo = torch.zeros(n, **i32)
-        self.node_pair_hi = torch.zeros(n, **i32)
-        self.pair_below = torch.zeros(c.pairs, **i32)
-        self.pair_acc_lo = torch.zeros(c.pairs, **i32)
-        self.pair_acc_hi = torch.zeros(c.pairs, **i32)
-        self.pair_unc_lo = torch.zeros(c.pairs, **i32)
-        self.pair_unc_hi = torch.zeros(c.pairs, **i32)
-        self.pair_acc_tokens = torch.zeros(c.pair_tokens, **i32)
-        self.pair_unc_tokens = torch.zeros(c.pair_tokens, **i32)
-        self.node_distance = torch.zeros(n, **i32)
-        self.grammar_max_rise = torch.zeros(g, **i32)
+        dims = {"G": g, "N": n, "X": c.next_entries, "E": c.ref_edges, "R": c.accept_rows,
+                "W": self.words, "U": c.uncertain_tokens, "Q": c.pairs, "A": c.pair_tokens}
+        for name in ARENA_FIELDS:
+            if name not in VOCABULARY_FIELDS:
+                setattr(self, name, torch.full(layout.shape_of(name, dims), FILL.get(name, 0),
+                                               dtype=getattr(torch, layout.buffer(name).dtype),
+                                               device=self.device))
         self._free_ids = list(range(g))
         self._registered: Dict[int, _Registration] = {}
         self._by_compiled: Dict[int, int] = {}
@@ -264,6 +241,11 @@ class DeviceArena:
         for t in stops:
             stop_words[t >> 5] |= np.uint32(1 << (t & 31))
         self.stop_words = torch.from_numpy(stop_words.view(np.int32)).to(dev)
+        for name in VOCABULARY_FIELDS:  # built from data: held to the declared dtypes
+            declared = getattr(torch, layout.buffer(name).dtype)
+            if getattr(self, name).dtype != declared:
+                raise AssertionError(f"arena buffer {name} is {getattr(self, name).dtype}, "
+                                     f"gxg.layout declares {declared}")
 
     # ------------------------------------------------------------------ registration
     def register(self, compiled: CompiledGrammar) -> int:
@@ -296,7 +278,7 @@ class DeviceArena:
         return gid
 
     def _write(self, gid: int, compiled: CompiledGrammar, ranges) -> None:
-        a, layout, dev = compiled.automaton, compiled.kernel_layout, self.device
+        a, masks, dev = compiled.automaton, compiled.kernel_layout, self.device
         node_base = ranges["nodes"][0]
         next_base = ranges["next_flat"][0]
         ref_base = ranges["refs"][0]
@@ -315,22 +297,22 @@ class DeviceArena:
         self.grammar_classes[gid] = c
         put(self.node_next, node_base, next_base + c * np.arange(n))
         put(self.next_flat, next_base, a.next_node.reshape(-1))
-        flags = (a.is_final * FINAL + a.is_scannable * SCANNABLE
-                 + a.is_pure_return * PURE_RETURN)
+        flags = (a.is_final * int(NodeFlag.FINAL) + a.is_scannable * int(NodeFlag.SCANNABLE)
+                 + a.is_pure_return * int(NodeFlag.PURE_RETURN))
         put(self.node_flags, node_base, flags)
         put(self.node_ref_lo, node_base, ref_base + a.ref_offsets[:-1])
         put(self.node_ref_hi, node_base, ref_base + a.ref_offsets[1:])
         put(self.ref_start, ref_base, a.rule_start[a.ref_rule])
         put(self.ref_return, ref_base, a.ref_return)
-        rows = layout.accept_rows
+        rows = masks.accept_rows
         if rows.shape[0]:
             self.accept_rows[row_base: row_base + rows.shape[0]] = torch.from_numpy(
                 np.ascontiguousarray(rows)).to(dev)
-        put(self.node_row, node_base, np.where(layout.node_row >= 0,
-                                               layout.node_row + row_base, -1))
-        put(self.node_unc_lo, node_base, unc_base + layout.uncertain_offsets[:-1])
-        put(self.node_unc_hi, node_base, unc_base + layout.uncertain_offsets[1:])
-        put(self.uncertain_tokens, unc_base, layout.uncertain_tokens)
+        put(self.node_row, node_base, np.where(masks.node_row >= 0,
+                                               masks.node_row + row_base, -1))
+        put(self.node_unc_lo, node_base, unc_base + masks.uncertain_offsets[:-1])
+        put(self.node_unc_hi, node_base, unc_base + masks.uncertain_offsets[1:])
+        put(self.uncertain_tokens, unc_base, masks.uncertain_tokens)
         pairs = compiled.context_pairs
         pair_base = ranges["pairs"][0]
         acc_base, unc2_base = ranges["pair_acc"][0], ranges["pair_unc"][0]

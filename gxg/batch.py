@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import gxg.ops.xg_ops  # noqa: F401  (registers torch.ops.xg)
+from gxg import layout
 from gxg.arena import ArenaCapacity, DeviceArena
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.runtime import RuntimeLimits, RuntimeState
@@ -50,33 +51,28 @@ class GrammarBatch:
         host.grammar[:] = -1
         dev = self.device
         state = [torch.from_numpy(array).to(dev) for array in host.arrays()]
-        b, p, k = max_batch, limits.pool_entries, limits.max_stacks
+        b = max_batch
         i32 = dict(dtype=torch.int32, device=dev)
-        limits_row = torch.tensor([p, k, limits.history, limits.max_closure,
-                                   limits.work_capacity, self.vocab_size, 0, 0], **i32)
-        scratch = [torch.zeros((b, limits.work_capacity * 3), **i32),   # work
-                   torch.zeros((b, limits.max_closure * 2), **i32),     # seen
-                   torch.zeros((b, k), **i32),                          # tops_a
-                   torch.zeros((b, k), **i32),                          # tops_b
-                   torch.zeros((b, p), **i32)]                          # mark
-        # The wide uncertain-token walk's queue and stacks (csrc/automaton.cu,
-        # xg_uncertain_wide; sized by the compiled kernels, ~22 MB; unused on the CPU).
+        words = layout.bitmask_words(self.vocab_size)
+        # The wide uncertain-token walk's queue and stacks are sized by the compiled kernels
+        # (csrc/automaton.cu, xg_uncertain_wide; ~22 MB; unused on the CPU).
         space_bytes, queue_ints = 4, 1
         if dev.type == "cuda":
             from gxg.ops.cuda_automaton import wide_sizes
             space_bytes, queue_ints, _ = wide_sizes(dev)
-        wide = [torch.zeros(queue_ints, **i32),
-                torch.zeros((space_bytes + 3) // 4, **i32)]
-        words = (self.vocab_size + 31) // 32
-        # The budget kernels' per-slot count of tokens to walk and rows of tokens to drop (zero
-        # between fills) (csrc/automaton.cu xg_budget_plan / xg_budget; unused on the CPU).
-        budget_scratch = [torch.zeros(b, **i32), torch.zeros((b, words), **i32)]
+        dims = dict(limits.dims(b), W=words, WIDE_QUEUE=queue_ints,
+                    WIDE_SPACE=(space_bytes + 3) // 4)
+        scratch = [torch.zeros(layout.shape_of(name, dims),
+                               dtype=getattr(torch, layout.buffer(name).dtype), device=dev)
+                   for name in layout.names("scratch")]
+        scratch[layout.names("scratch").index("limits")].copy_(
+            torch.tensor(limits.row(self.vocab_size), dtype=torch.int32))
         arena = self.arena.op_tensors()
-        # Device addresses the CUDA kernels index by position (csrc/automaton.cu, P_*).
-        addresses = [t.data_ptr() for t in state + arena + scratch + [limits_row] + wide]
+        # Device addresses of every buffer, in the layout's order (csrc/automaton.cu, P_*).
+        addresses = [t.data_ptr() for t in state + arena + scratch]
         table = torch.tensor(addresses, dtype=torch.int64, device=dev)
         self._state = state
-        self.runtime = state + [limits_row] + scratch + wide + budget_scratch + [table]
+        self.runtime = state + scratch + [table]
         self._arena_tensors = arena
         self._field = {name: t for name, t in zip(RuntimeState.FIELDS, state)}
         self._bitmask = torch.empty((b, words), **i32)
@@ -249,7 +245,7 @@ class GrammarBatch:
         return self._field["error"]
 
     def _check_bitmask(self, bitmask: torch.Tensor) -> None:
-        words = (self.vocab_size + 31) // 32
+        words = layout.bitmask_words(self.vocab_size)
         if bitmask.shape != (self.max_batch, words) or bitmask.dtype != torch.int32:
             raise ValueError(f"bitmask must be int32 of shape ({self.max_batch}, {words}), got "
                              f"{bitmask.dtype} {tuple(bitmask.shape)}")

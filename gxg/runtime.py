@@ -2,7 +2,8 @@
 
 In:  a batch size and ``RuntimeLimits``.
 Out: ``RuntimeState``: plain arrays (numpy on the host; the GPU runtime holds the same fields as
-     torch tensors), per slot b:
+     torch tensors) with the names, dtypes and shapes ``gxg.layout`` declares (group "state"),
+     per slot b:
 
      pool_node    int32 [B, P]     persistent stack pool: entry = (node, parent entry or -1);
      pool_parent  int32 [B, P]     entries are appended, never changed; a stack is the path from
@@ -27,20 +28,12 @@ leaves the slot's state as it was, sets ``error`` and reports failure.
 """
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import numpy as np
 
-
-class ErrorCode(enum.IntEnum):
-    NONE = 0
-    TOO_MANY_STACKS = 1   # more than K live stacks (an ambiguous grammar): raise max_stacks
-    POOL_FULL = 2         # the stack pool is full even after compaction (very deep nesting or
-                          # very many parallel stacks): raise pool_entries
-    CLOSURE_TOO_LARGE = 3 # one closure visited more than ``max_closure`` stack tops
-    ROLLBACK_TOO_FAR = 4  # a batched rollback asked for more steps than the history holds
-    UNCERTAIN_WALK_TOO_LARGE = 5  # a GPU uncertain-token walk outgrew even the wide walk's room
+from gxg import layout
+from gxg.layout import ErrorCode  # noqa: F401  (declared with the layout; re-exported here)
 
 
 ERROR_MESSAGES = {
@@ -74,6 +67,19 @@ class RuntimeLimits:
         """Pending (node, parent) items one closure's work list may hold."""
         return 4 * self.max_closure
 
+    def dims(self, batch: int) -> dict:
+        """The layout's dimension symbols these limits fix (``gxg.layout``)."""
+        return {"B": batch, "P": self.pool_entries, "K": self.max_stacks, "H": self.history,
+                "CLOSURE": self.max_closure, "WORK": self.work_capacity}
+
+    def row(self, vocab_size: int) -> list:
+        """The ``limits`` buffer's 8 ints, positions as ``gxg.layout.LIMITS_ROW`` declares."""
+        values = {"P": self.pool_entries, "K": self.max_stacks, "H": self.history,
+                  "MAX_CLOSURE": self.max_closure, "WORK_CAP": self.work_capacity,
+                  "V": vocab_size}
+        row = [values[name] for name in layout.LIMITS_ROW]
+        return row + [0] * (layout.buffer("limits").dims[0] - len(row))
+
     def message(self, code: int) -> str:
         return ERROR_MESSAGES[ErrorCode(code)].format(**self.__dict__)
 
@@ -100,30 +106,15 @@ class RuntimeState:
 
     @staticmethod
     def allocate(batch: int, limits: RuntimeLimits = RuntimeLimits()) -> "RuntimeState":
-        b, p, k, h = batch, limits.pool_entries, limits.max_stacks, limits.history
-        return RuntimeState(
-            limits=limits,
-            pool_node=np.zeros((b, p), np.int32),
-            pool_parent=np.full((b, p), -1, np.int32),
-            pool_size=np.zeros(b, np.int32),
-            tops=np.zeros((b, k), np.int32),
-            num_tops=np.zeros(b, np.int32),
-            can_end=np.zeros(b, np.int8),
-            terminated=np.zeros(b, np.int8),
-            error=np.zeros(b, np.int32),
-            grammar=np.zeros(b, np.int32),
-            hist_tops=np.zeros((b, h, k), np.int32),
-            hist_num_tops=np.zeros((b, h), np.int32),
-            hist_pool_size=np.zeros((b, h), np.int32),
-            hist_can_end=np.zeros((b, h), np.int8),
-            hist_terminated=np.zeros((b, h), np.int8),
-            hist_len=np.zeros(b, np.int32),
-            hist_head=np.zeros(b, np.int32),
-        )
+        """Zeroed arrays of the declared shapes and dtypes (``gxg.layout``, group "state");
+        parents start at -1 (the bottom)."""
+        dims = limits.dims(batch)
+        arrays = {name: np.zeros(layout.shape_of(name, dims), layout.buffer(name).dtype)
+                  for name in RuntimeState.FIELDS}
+        arrays["pool_parent"][:] = -1
+        return RuntimeState(limits=limits, **arrays)
 
-    FIELDS = ("pool_node", "pool_parent", "pool_size", "tops", "num_tops", "can_end",
-              "terminated", "error", "grammar", "hist_tops", "hist_num_tops", "hist_pool_size",
-              "hist_can_end", "hist_terminated", "hist_len", "hist_head")
+    FIELDS = tuple(layout.names("state"))
 
     def arrays(self) -> list:
         """The fields in ``FIELDS`` order (how the ops receive the state)."""

@@ -1,9 +1,9 @@
 """Launchers of the CUDA C++ automaton kernels (csrc/automaton.cu), compiled at run time with
 NVRTC through CuPy.
 
-In:  the ops' tensors on a CUDA device: the pointer table (int64 device addresses of the state,
-     arena and scratch buffers, in the order csrc/automaton.cu's P_* indices name them) and the
-     per-launch arguments.
+In:  the ops' tensors on a CUDA device: the pointer table (int64 device addresses of every
+     buffer ``gxg.layout`` declares, in its order: the kernels' P_* indices, generated from the
+     same table) and the per-launch arguments.
 Out: kernels launched on torch's current stream (so they are captured into CUDA graphs with the
      rest of the step); nothing is read back to the host.
 
@@ -18,13 +18,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gxg import layout
+
 def _source() -> str:
-    """csrc/automaton.cu: beside ops/ in a checkout, or the installed gxg.csrc package."""
+    """csrc/automaton.cu (beside ops/ in a checkout, or the installed gxg.csrc package) after
+    the defines ``gxg.layout.cuda_header()`` generates (pointer table positions, flags, error
+    codes, launch constants)."""
     beside = Path(__file__).resolve().parent.parent / "csrc" / "automaton.cu"
     if beside.is_file():
-        return beside.read_text()
-    from importlib.resources import files
-    return (files("gxg.csrc") / "automaton.cu").read_text()
+        kernels = beside.read_text()
+    else:
+        from importlib.resources import files
+        kernels = (files("gxg.csrc") / "automaton.cu").read_text()
+    return layout.cuda_header() + kernels
+
+
 SLOTS_PER_BLOCK = 64
 
 
@@ -91,7 +99,7 @@ def rollback(table: torch.Tensor, num_tokens: torch.Tensor, ok: torch.Tensor) ->
             (_pointer(table), np.int32(batch), _pointer(num_tokens), _pointer(ok)))
 
 
-UNCERTAIN_THREADS = 64  # csrc/automaton.cu UNC_THREADS
+UNCERTAIN_THREADS = layout.KERNEL_CONSTANTS["UNC_THREADS"]
 
 
 def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor,
@@ -110,7 +118,7 @@ def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor,
             (_pointer(table), np.int32(batch), _pointer(bitmask), words))
 
 
-BUDGET_THREADS = 256  # csrc/automaton.cu BUDGET_THREADS
+BUDGET_THREADS = layout.KERNEL_CONSTANTS["BUDGET_THREADS"]
 BUDGET_THREADS_PER_BATCH = 2048 * BUDGET_THREADS  # xg_budget's threads over all slots, at least
 
 

@@ -47,6 +47,7 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+from gxg.layout import bitmask_words
 from gxg.compiler.completion import CompletionDistances, NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
@@ -79,7 +80,7 @@ class HostTables:
         self.refs = [a.refs(n) for n in range(a.num_nodes)]
         self.root_start = int(a.rule_start[a.root_rule])
         self.vocab_size = tokenizer_info.vocab_size
-        self.words = (self.vocab_size + 31) // 32
+        self.words = bitmask_words(self.vocab_size)
         self.decoded_vocab = tokenizer_info.decoded_vocab
         self.sorted_token_ids = tokenizer_info.sorted_token_ids
         self.stop_token_ids = np.asarray(sorted(set(stop_token_ids)), dtype=np.int64)
@@ -565,7 +566,7 @@ def check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, off
         raise ValueError(f"vocab_size {vocab_size} not in [0, logits width {width}]")
     if width > 1 and logits.stride(1) != 1:
         raise ValueError("the last dimension of logits must be contiguous")
-    words = (vocab_size + 31) // 32
+    words = bitmask_words(vocab_size)
     if bitmask.dtype != torch.int32:
         raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
     if bitmask.dim() != 2 or bitmask.shape[0] != rows or bitmask.shape[1] < words:
@@ -592,7 +593,8 @@ def sample_masked(logits, bitmask, temperature, top_k, top_p, seed, offset, voca
     import torch
     check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset, vocab_size)
     x = logits[:, :vocab_size].detach().to("cpu", torch.float32).numpy()
-    words = np.ascontiguousarray(bitmask.detach().cpu().numpy()[:, :(vocab_size + 31) // 32])
+    words = bitmask.detach().cpu().numpy()[:, :bitmask_words(vocab_size)]
+    words = np.ascontiguousarray(words)
     allowed = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")[:, :vocab_size]
     temps = temperature.detach().cpu().numpy()
     ks = top_k.detach().cpu().numpy()

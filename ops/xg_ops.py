@@ -1,8 +1,8 @@
 """The ``torch.ops.xg`` ops: schemas, CPU kernels (the reference), CUDA kernels, fake kernels.
 
 In:  ``runtime`` — the runtime tensors of a ``GrammarBatch`` in ``RUNTIME_FIELDS`` order (the
-     ``RuntimeState`` fields, then the limits row, the CUDA kernels' scratch buffers and the
-     pointer table); ``arena`` — the ``DeviceArena`` buffers in ``ARENA_FIELDS`` order;
+     layout's state and scratch buffers, ``gxg.layout``, then the pointer table); ``arena`` —
+     the ``DeviceArena`` buffers in ``ARENA_FIELDS`` order (the layout's arena group);
      ``arena_id`` — which live arena the CPU kernels read their host tables from; and the
      op's own arguments.
 Out: the ops below, each with fixed shapes, no host synchronisation and no allocation on the
@@ -36,15 +36,16 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+from gxg import layout
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
 from gxg.ops import reference
 from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
 
+# The runtime list: the layout's state and scratch buffers in table order, then the pointer
+# table (the device addresses of every buffer of gxg.layout, in table order).
 STATE_COUNT = len(RuntimeState.FIELDS)
-RUNTIME_FIELDS = RuntimeState.FIELDS + ("limits", "work", "seen", "tops_a", "tops_b", "mark",
-                                        "wide_queue", "wide_space", "budget_plan",
-                                        "budget_drop", "pointer_table")
-LIMITS_INDEX = STATE_COUNT
+RUNTIME_FIELDS = tuple(layout.names("state") + layout.names("scratch")) + ("pointer_table",)
+LIMITS_INDEX = RUNTIME_FIELDS.index("limits")
 WIDE_QUEUE_INDEX = RUNTIME_FIELDS.index("wide_queue")
 BUDGET_PLAN_INDEX = RUNTIME_FIELDS.index("budget_plan")
 BUDGET_DROP_INDEX = RUNTIME_FIELDS.index("budget_drop")
@@ -66,8 +67,9 @@ except ImportError:  # pragma: no cover - depends on the machine
 
 
 def _limits(runtime: List[torch.Tensor]) -> RuntimeLimits:
-    p, k, h, closure = (int(v) for v in runtime[LIMITS_INDEX][:4].tolist())
-    return RuntimeLimits(max_stacks=k, pool_entries=p, history=h, max_closure=closure)
+    row = dict(zip(layout.LIMITS_ROW, runtime[LIMITS_INDEX].tolist()))
+    return RuntimeLimits(max_stacks=row["K"], pool_entries=row["P"], history=row["H"],
+                         max_closure=row["MAX_CLOSURE"])
 
 
 def _host_state(runtime: List[torch.Tensor]) -> RuntimeState:

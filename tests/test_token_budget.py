@@ -16,24 +16,20 @@ Specification:
 from __future__ import annotations
 
 import random
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import gxg
-from gxg.arena import ARENA_FIELDS
 from gxg.batch import GrammarBatch
 from gxg.compiler.completion import NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask
-from gxg.runtime import RuntimeState
 from gxg.tokenizer import TokenizerInfo, VocabType
 from mask_oracles import budget_mask, mask_to_bool, shortest_completion
-from test_matcher import GRAMMAR_ZOO, synthetic_vocab, zoo_grammar
+from grammar_zoo import GRAMMAR_ZOO, synthetic_vocab, zoo_grammar
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -275,23 +271,6 @@ def test_ops_pass_opcheck_with_a_budget(zoo_compiled):
     with pytest.raises(ValueError, match="remaining must be"):
         xg.fill_next_token_bitmask(batch.runtime, arena, batch.arena.arena_id, bitmask,
                                    batch.token_budget.to(torch.int64))
-
-
-def test_pointer_table_positions_match_the_kernels():
-    """csrc/automaton.cu indexes the pointer table by position: the defines at the borders of
-    each group must be where GrammarBatch puts those tensors (state, arena, scratch...)."""
-    source = (Path(__file__).resolve().parent.parent / "csrc" / "automaton.cu").read_text()
-    defines = {name: int(value) for name, value in
-               re.findall(r"#define P_(\w+) (\d+)", source)}
-    state = len(RuntimeState.FIELDS)
-    assert defines["POOL_NODE"] == 0 and defines["HIST_HEAD"] == state - 1
-    assert defines["NODE_BASE"] == state + ARENA_FIELDS.index("grammar_node_base")
-    assert defines["PAIR_UNC_TOKENS"] == state + ARENA_FIELDS.index("pair_unc_tokens")
-    assert defines["NODE_DISTANCE"] == state + ARENA_FIELDS.index("node_distance")
-    assert defines["GRAMMAR_MAX_RISE"] == state + ARENA_FIELDS.index("grammar_max_rise")
-    assert defines["IDS_BY_LENGTH"] == state + ARENA_FIELDS.index("ids_by_length")
-    assert defines["WORK"] == state + len(ARENA_FIELDS)
-    assert defines["WIDE_SPACE"] == max(defines.values())
 
 
 # ----------------------------------------------------------------------------- CUDA

@@ -27,6 +27,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from gxg.layout import bitmask_words
 from gxg.compiler.automaton import Automaton
 from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.vocab_walk import TokenTrie, VocabularyWalk, walk_trie
@@ -133,7 +134,7 @@ def adaptive_entry(accepted: np.ndarray, uncertain: np.ndarray, num_sorted: int
                    ) -> NodeTokenMask:
     """The smallest of the three storages for one node (paper §3.1)."""
     num_rejected = num_sorted - len(accepted) - len(uncertain)
-    bitset_words = (num_sorted + 31) // 32
+    bitset_words = (num_sorted + 31) // 32  # a bitset over sorted indices
     sizes = {StoreType.ACCEPTED: 4 * len(accepted), StoreType.REJECTED: 4 * num_rejected,
              StoreType.ACCEPTED_BITSET: 4 * bitset_words}
     store = min(sizes, key=lambda kind: (sizes[kind], kind))
@@ -191,7 +192,7 @@ class KernelMaskLayout:
 
 def kernel_layout(cache: MaskCache, num_nodes: int, sorted_token_ids: np.ndarray,
                   vocab_size: int) -> KernelMaskLayout:
-    words = (vocab_size + 31) // 32
+    words = bitmask_words(vocab_size)
     node_row = np.full(num_nodes, -1, dtype=np.int32)
     rows: List[np.ndarray] = []
     row_of: Dict[bytes, int] = {}

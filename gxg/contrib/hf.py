@@ -55,6 +55,7 @@ import numpy as np
 import torch
 import transformers
 
+from gxg.layout import bitmask_words
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.matcher import (GrammarMatcher, GrammarRuntimeError, allocate_token_bitmask,
                          apply_token_bitmask_inplace)
@@ -66,7 +67,7 @@ BACKENDS = ("auto", "matcher", "batch")
 
 def bitmask_row_of(token_ids: Sequence[int], vocab_size: int) -> torch.Tensor:
     """An int32 bitmask row (CPU) that allows exactly ``token_ids``."""
-    words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+    words = np.zeros(bitmask_words(vocab_size), dtype=np.uint32)
     ids = np.asarray(token_ids, dtype=np.int64)
     np.bitwise_or.at(words, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
     return torch.from_numpy(words.view(np.int32))  # bit 31 set reads as a negative int32
@@ -143,7 +144,7 @@ class _BatchRows:
         self.batch = GrammarBatch(info, device=device, max_batch=len(grammars))
         for slot, grammar in enumerate(grammars):
             self.batch.bind(slot, grammar, max_tokens=max_new_tokens)
-        self.bitmask = torch.empty((len(grammars), (self.vocab_size + 31) // 32),
+        self.bitmask = torch.empty((len(grammars), bitmask_words(self.vocab_size)),
                                    dtype=torch.int32, device=device)
         # Rows whose sampled token the grammar refused; read only by check() (a device read).
         self.rejected = torch.zeros(len(grammars), dtype=torch.bool, device=device)

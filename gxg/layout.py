@@ -1,0 +1,205 @@
+"""The device layout, declared once: every buffer the runtime ops and kernels index, and every
+constant Python and CUDA share.
+
+In:  nothing (this is the declaration).
+Out: ``BUFFERS``: one ordered table of ``Buffer(name, group, dtype, dims, doc)``. The groups:
+       * ``state``   the runtime state of a batch (``gxg.runtime.RuntimeState``, one row per slot),
+       * ``arena``   the compiled grammars packed into fixed buffers (``gxg.arena.DeviceArena``),
+       * ``scratch`` the kernels' working buffers (``gxg.batch.GrammarBatch`` allocates them).
+     Their order is the order of the pointer table the CUDA kernels index (``P_<NAME>``), and
+     of the lists the ops receive (``runtime`` = state + scratch, then the pointer table;
+     ``arena``).
+     ``NodeFlag``, ``ErrorCode``, ``LIMITS_ROW`` (the int32 row of runtime limits the kernels
+     read), ``KERNEL_CONSTANTS`` (launch shapes shared by the launchers and the kernels).
+     ``cuda_header()``: the C preprocessor text that csrc/automaton.cu is compiled with
+     (``ops.cuda_automaton`` prepends it), generated from the above, so no index or constant is
+     written twice. ``bitmask_words(vocab_size)``: the bitmask's width.
+
+Dimension symbols in ``dims`` (sizes fixed when a batch or arena is made):
+  B slots, P pool entries, K live stacks, H history steps, WORK closure work items (3 ints
+  each), CLOSURE closure visits (2 ints each), G grammars, N nodes, X scan targets, E reference
+  edges, R accept rows, U uncertain tokens, Q context pairs, A pair tokens, S sorted tokens,
+  T / T_ID token bytes (sorted / by id), V vocab_size, W = ceil(V / 32) bitmask words,
+  WIDE_QUEUE / WIDE_SPACE the wide walk's queue and stacks (sized by the compiled kernels),
+  and plain numbers.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+__all__ = ["Buffer", "BUFFERS", "GROUPS", "NodeFlag", "ErrorCode", "LIMITS_ROW",
+           "KERNEL_CONSTANTS", "names", "buffer", "pointer_index", "shape_of", "cuda_header",
+           "bitmask_words"]
+
+GROUPS = ("state", "arena", "scratch")
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    group: str
+    dtype: str              # a numpy / torch dtype name: int32, int8, uint8
+    dims: Tuple[object, ...]
+    doc: str = ""
+
+
+def _state(name, dtype, dims, doc=""):
+    return Buffer(name, "state", dtype, dims, doc)
+
+
+def _arena(name, dtype, dims, doc=""):
+    return Buffer(name, "arena", dtype, dims, doc)
+
+
+def _scratch(name, dtype, dims, doc=""):
+    return Buffer(name, "scratch", dtype, dims, doc)
+
+
+BUFFERS: Tuple[Buffer, ...] = (
+    # --- runtime state (gxg/runtime.py documents the semantics)
+    _state("pool_node", "int32", ("B", "P"), "persistent stack pool: entry -> node"),
+    _state("pool_parent", "int32", ("B", "P"), "entry -> parent entry (-1: bottom)"),
+    _state("pool_size", "int32", ("B",), "bump pointer"),
+    _state("tops", "int32", ("B", "K"), "live stack tops (entries)"),
+    _state("num_tops", "int32", ("B",)),
+    _state("can_end", "int8", ("B",), "the root can complete now"),
+    _state("terminated", "int8", ("B",), "a stop token was accepted"),
+    _state("error", "int32", ("B",), "ErrorCode, kept until reset"),
+    _state("grammar", "int32", ("B",), "grammar id in the arena (-1: unbound)"),
+    _state("hist_tops", "int32", ("B", "H", "K")),
+    _state("hist_num_tops", "int32", ("B", "H")),
+    _state("hist_pool_size", "int32", ("B", "H")),
+    _state("hist_can_end", "int8", ("B", "H")),
+    _state("hist_terminated", "int8", ("B", "H")),
+    _state("hist_len", "int32", ("B",)),
+    _state("hist_head", "int32", ("B",)),
+    # --- arena (gxg/arena.py documents the semantics)
+    _arena("grammar_node_base", "int32", ("G",), "first row of the grammar's nodes"),
+    _arena("grammar_root", "int32", ("G",), "local start node of the root rule"),
+    _arena("grammar_byte_class", "int32", ("G", 256)),
+    _arena("grammar_classes", "int32", ("G",)),
+    _arena("node_next", "int32", ("N",), "offset of the node's scan targets in next_flat"),
+    _arena("next_flat", "int32", ("X",)),
+    _arena("node_flags", "int32", ("N",), "NodeFlag bits"),
+    _arena("node_ref_lo", "int32", ("N",)),
+    _arena("node_ref_hi", "int32", ("N",)),
+    _arena("ref_start", "int32", ("E",)),
+    _arena("ref_return", "int32", ("E",)),
+    _arena("node_row", "int32", ("N",), "accept row (-1: the node cannot scan)"),
+    _arena("node_unc_lo", "int32", ("N",)),
+    _arena("node_unc_hi", "int32", ("N",)),
+    _arena("accept_rows", "int32", ("R", "W")),
+    _arena("uncertain_tokens", "int32", ("U",), "sorted-vocabulary indices"),
+    _arena("token_bytes", "uint8", ("T",), "bytes of the sorted vocabulary"),
+    _arena("token_offsets", "int32", ("S+1",)),
+    _arena("sorted_token_ids", "int32", ("S",)),
+    _arena("id_offsets", "int32", ("V+1",)),
+    _arena("id_bytes", "uint8", ("T_ID",), "bytes by token id (empty: special, stop, padding)"),
+    _arena("is_stop", "int8", ("V",)),
+    _arena("stop_words", "int32", ("W",)),
+    _arena("node_pair_lo", "int32", ("N",)),
+    _arena("node_pair_hi", "int32", ("N",)),
+    _arena("pair_below", "int32", ("Q",)),
+    _arena("pair_acc_lo", "int32", ("Q",)),
+    _arena("pair_acc_hi", "int32", ("Q",)),
+    _arena("pair_unc_lo", "int32", ("Q",)),
+    _arena("pair_unc_hi", "int32", ("Q",)),
+    _arena("pair_acc_tokens", "int32", ("A",)),
+    _arena("pair_unc_tokens", "int32", ("A",)),
+    _arena("node_distance", "int32", ("N",), "fewest bytes to complete the node's rule"),
+    _arena("grammar_max_rise", "int32", ("G",), "bound on one byte's distance rise (-1: none)"),
+    _arena("ids_by_length", "int32", ("V",), "token ids by byte length, longest first"),
+    # --- the kernels' scratch
+    _scratch("work", "int32", ("B", "WORK", 3), "closure work list (node, parent, entry)"),
+    _scratch("seen", "int32", ("B", "CLOSURE", 2), "closure visits (node, parent)"),
+    _scratch("tops_a", "int32", ("B", "K"), "tops being built"),
+    _scratch("tops_b", "int32", ("B", "K")),
+    _scratch("mark", "int32", ("B", "P"), "compaction marks / new indices"),
+    _scratch("limits", "int32", (8,), "LIMITS_ROW"),
+    _scratch("wide_queue", "int32", ("WIDE_QUEUE",), "walks queued for xg_uncertain_wide"),
+    _scratch("wide_space", "int32", ("WIDE_SPACE",), "the wide walk's stacks"),
+    _scratch("budget_plan", "int32", ("B",), "tokens to walk for the budget, per slot"),
+    _scratch("budget_drop", "int32", ("B", "W"), "tokens the budget drops (zero between fills)"),
+)
+
+_BY_NAME: Dict[str, Buffer] = {b.name: b for b in BUFFERS}
+assert len(_BY_NAME) == len(BUFFERS), "buffer names must be unique"
+
+
+class NodeFlag(enum.IntFlag):
+    """Bits of ``node_flags``."""
+    FINAL = 1         # the rule may complete at this node
+    SCANNABLE = 2     # the node has a byte edge
+    PURE_RETURN = 4   # final, no byte edge, no reference edge (tail-call target)
+
+
+class ErrorCode(enum.IntEnum):
+    """A slot's ``error`` (0: none); ``gxg.runtime.ERROR_MESSAGES`` says what each means."""
+    NONE = 0
+    TOO_MANY_STACKS = 1
+    POOL_FULL = 2
+    CLOSURE_TOO_LARGE = 3
+    ROLLBACK_TOO_FAR = 4
+    UNCERTAIN_WALK_TOO_LARGE = 5
+
+
+#: The ``limits`` row: what each position holds (the rest of the 8 ints are 0).
+LIMITS_ROW = ("P", "K", "H", "MAX_CLOSURE", "WORK_CAP", "V")
+
+#: Launch shapes the launchers (ops/cuda_automaton.py) and the kernels must agree on.
+KERNEL_CONSTANTS = {
+    "UNC_THREADS": 64,      # xg_uncertain: threads per slot
+    "BUDGET_THREADS": 256,  # xg_budget / xg_budget_apply: threads per block (whole warps)
+}
+
+
+def names(group: str) -> List[str]:
+    """The buffer names of ``group`` in table order."""
+    if group not in GROUPS:
+        raise ValueError(f"unknown group {group!r}; known: {GROUPS}")
+    return [b.name for b in BUFFERS if b.group == group]
+
+
+def buffer(name: str) -> Buffer:
+    return _BY_NAME[name]
+
+
+def pointer_index(name: str) -> int:
+    """Position of ``name`` in the pointer table (the kernels' ``P_<NAME>``)."""
+    return [b.name for b in BUFFERS].index(name)
+
+
+def shape_of(name: str, dims: Dict[str, int]) -> Tuple[int, ...]:
+    """The buffer's shape for these dimension values (``"S+1"``-style symbols are that plus
+    one)."""
+    out = []
+    for dim in _BY_NAME[name].dims:
+        if isinstance(dim, int):
+            out.append(dim)
+        elif dim.endswith("+1"):
+            out.append(dims[dim[:-2]] + 1)
+        else:
+            out.append(dims[dim])
+    return tuple(out)
+
+
+def bitmask_words(vocab_size: int) -> int:
+    """int32 words of one bitmask row: bit j of word w is token 32·w + j."""
+    return (vocab_size + 31) // 32
+
+
+def cuda_header() -> str:
+    """The defines csrc/automaton.cu is compiled with: ``P_<NAME>`` (pointer table positions),
+    ``FLAG_*``, ``ERR_*``, ``L_*`` (positions in the limits row) and the kernel constants."""
+    lines = ["// Generated from gxg/layout.py by cuda_header(): do not edit.",
+             f"#define POINTER_TABLE_SIZE {len(BUFFERS)}"]
+    for index, b in enumerate(BUFFERS):
+        lines.append(f"#define P_{b.name.upper()} {index}  // {b.group} {b.dtype} "
+                     f"[{', '.join(map(str, b.dims))}]")
+    lines += [f"#define FLAG_{flag.name} {int(flag)}" for flag in NodeFlag]
+    lines += [f"#define ERR_{code.name} {int(code)}" for code in ErrorCode if code]
+    lines += [f"#define L_{name} {index}" for index, name in enumerate(LIMITS_ROW)]
+    lines += [f"#define {name} {value}" for name, value in KERNEL_CONSTANTS.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,115 @@
+"""The device layout is declared once (gxg/layout.py) and everything else follows it.
+
+Specification:
+* the CUDA header generated from the table defines P_<NAME> = the buffer's position, and every
+  P_*, FLAG_*, ERR_*, L_* name and launch constant that csrc/automaton.cu uses, and the kernel
+  source defines none of them by hand;
+* a GrammarBatch's pointer table holds the address of every declared buffer in table order, each
+  buffer with the declared dtype and shape; the ops' runtime list follows RUNTIME_FIELDS;
+* the runtime state, the arena and the ops take their field lists and constants from the table.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from gxg import layout
+from gxg.arena import ARENA_FIELDS
+from gxg.batch import GrammarBatch
+from gxg.grammar_compiler import GrammarCompiler
+from gxg.ops.xg_ops import RUNTIME_FIELDS
+from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
+from gxg.tokenizer import TokenizerInfo, VocabType
+
+KERNELS = (Path(__file__).resolve().parent.parent / "csrc" / "automaton.cu").read_text()
+HEADER = layout.cuda_header()
+
+
+def header_defines() -> dict:
+    return {name: int(value) for name, value in
+            re.findall(r"^#define (\w+) (-?\d+)", HEADER, flags=re.MULTILINE)}
+
+
+def test_the_header_numbers_the_pointer_table_in_table_order():
+    defines = header_defines()
+    for index, buffer in enumerate(layout.BUFFERS):
+        assert defines[f"P_{buffer.name.upper()}"] == index == layout.pointer_index(buffer.name)
+    assert defines["POINTER_TABLE_SIZE"] == len(layout.BUFFERS)
+
+
+@pytest.mark.parametrize("prefix", ["P_", "FLAG_", "ERR_", "L_"])
+def test_every_name_the_kernels_use_is_generated_not_hand_written(prefix):
+    used = set(re.findall(rf"\b{prefix}[A-Z][A-Z0-9_]*\b", KERNELS))
+    assert used, f"the kernels use no {prefix}* name?"
+    assert used <= set(header_defines()), sorted(used - set(header_defines()))
+    assert not re.search(rf"^#define {prefix}", KERNELS, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("name", sorted(layout.KERNEL_CONSTANTS))
+def test_launch_constants_come_from_the_table(name):
+    assert re.search(rf"\b{name}\b", KERNELS)
+    assert not re.search(rf"^#define {name}\b", KERNELS, flags=re.MULTILINE)
+    assert header_defines()[name] == layout.KERNEL_CONSTANTS[name]
+
+
+def test_flags_and_error_codes_are_the_declared_ones():
+    defines = header_defines()
+    for flag in layout.NodeFlag:
+        assert defines[f"FLAG_{flag.name}"] == int(flag)
+    assert ErrorCode is layout.ErrorCode
+    for code in ErrorCode:
+        if code:
+            assert defines[f"ERR_{code.name}"] == int(code)
+
+
+def test_state_arena_and_ops_read_the_table():
+    assert RuntimeState.FIELDS == tuple(layout.names("state"))
+    declared = [f.name for f in dataclasses.fields(RuntimeState) if f.name != "limits"]
+    assert declared == list(RuntimeState.FIELDS)
+    assert ARENA_FIELDS == tuple(layout.names("arena"))
+    assert RUNTIME_FIELDS == tuple(layout.names("state") + layout.names("scratch")
+                                   + ["pointer_table"])
+
+
+@pytest.fixture(scope="module")
+def batch():
+    vocab = [bytes([b]) for b in range(32, 127)] + [b"</s>"]
+    info = TokenizerInfo(vocab, VocabType.RAW, vocab_size=len(vocab) + 2,
+                         stop_token_ids=[len(vocab) - 1])
+    batch = GrammarBatch(info, device="cpu", max_batch=3, limits=RuntimeLimits(history=5))
+    batch.bind(0, GrammarCompiler(info).compile_regex("[a-c]+"), max_tokens=4)
+    return batch
+
+
+def test_the_pointer_table_holds_every_declared_buffer_in_order(batch):
+    by_name = dict(zip(RUNTIME_FIELDS, batch.runtime))
+    by_name.update(zip(ARENA_FIELDS, batch.arena.op_tensors()))
+    table = by_name["pointer_table"].tolist()
+    assert len(table) == len(layout.BUFFERS)
+    for address, buffer in zip(table, layout.BUFFERS):
+        tensor = by_name[buffer.name]
+        assert address == tensor.data_ptr(), buffer.name
+        assert tensor.dtype == getattr(torch, buffer.dtype), buffer.name
+
+
+def test_buffers_have_the_declared_shapes(batch):
+    limits = batch.limits
+    dims = dict(limits.dims(batch.max_batch), W=layout.bitmask_words(batch.vocab_size),
+                V=batch.vocab_size)
+    by_name = dict(zip(RUNTIME_FIELDS, batch.runtime))
+    for name in layout.names("state") + ["work", "seen", "tops_a", "tops_b", "mark",
+                                         "budget_plan", "budget_drop"]:
+        assert tuple(by_name[name].shape) == layout.shape_of(name, dims), name
+    row = dict(zip(layout.LIMITS_ROW, by_name["limits"].tolist()))
+    assert row == {"P": limits.pool_entries, "K": limits.max_stacks, "H": limits.history,
+                   "MAX_CLOSURE": limits.max_closure, "WORK_CAP": limits.work_capacity,
+                   "V": batch.vocab_size}
+
+
+@pytest.mark.parametrize("vocab_size,words", [(1, 1), (31, 1), (32, 1), (33, 2), (151_936, 4748)])
+def test_bitmask_words(vocab_size, words):
+    assert layout.bitmask_words(vocab_size) == words
