@@ -638,7 +638,7 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
 
 // The queued walks of this fill, WIDE_WORKERS threads striding over them; each worker's stacks
 // live in its own part of P_WIDE_SPACE. Launched after xg_uncertain on the same stream; reads
-// the queue's count (zeroed before xg_uncertain by the launcher) and leaves it as it is.
+// the queue's count (zero before xg_uncertain: xg_error_rows zeroes it after each fill).
 extern "C" __global__ void xg_uncertain_wide(const u64* t, int* bitmask, int words) {
   int worker = blockIdx.x * blockDim.x + threadIdx.x;
   const int* queue = ptr<const int>(t, P_WIDE_QUEUE);
@@ -658,9 +658,12 @@ extern "C" __global__ void xg_uncertain_wide(const u64* t, int* bitmask, int wor
 
 // A slot whose walk ran out of room in this fill has a partial row: like every slot with an
 // error code, it allows only the stop tokens (the dense fill wrote that for slots whose error
-// was already set). Grid B x 128.
+// was already set). Grid B x 128. Also zeroes the wide queue's count.
 extern "C" __global__ void xg_error_rows(const u64* t, int B, int* bitmask, int words) {
   int b = blockIdx.x;
+  // The last kernel of the fill: the wide walk's queue is empty again for the next fill (so
+  // the launcher needs no separate zeroing launch).
+  if (b == 0 && threadIdx.x == 0) ptr<int>(t, P_WIDE_QUEUE)[0] = 0;
   if (b >= B || ptr<int>(t, P_GRAMMAR)[b] < 0 || ptr<int>(t, P_ERROR)[b] == 0) return;
   const int* stop_words = ptr<const int>(t, P_STOP_WORDS);
   for (int w = threadIdx.x; w < words; w += blockDim.x)

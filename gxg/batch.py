@@ -28,8 +28,8 @@ from typing import Iterable, Optional, Union
 import numpy as np
 import torch
 
-import gxg.ops.xg_ops  # noqa: F401  (registers torch.ops.xg)
 from gxg import layout
+from gxg.ops import xg_ops  # registers torch.ops.xg
 from gxg.arena import ArenaCapacity, DeviceArena
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.runtime import RuntimeLimits, RuntimeState
@@ -126,6 +126,14 @@ class GrammarBatch:
     def _budget(self) -> Optional[torch.Tensor]:
         return self.token_budget if self._budgeted else None
 
+    def _op(self, name: str):
+        """``torch.ops.xg.<name>``, or on CUDA outside torch.compile its kernel function
+        directly (``gxg.ops.xg_ops.CUDA_KERNELS``: the same launches, without the
+        dispatcher's per-call Python layers — the fast eager path)."""
+        if self.device.type == "cuda" and not torch.compiler.is_compiling():
+            return xg_ops.CUDA_KERNELS[name]
+        return getattr(xg, name)
+
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.max_batch:
             raise IndexError(f"slot {slot} out of range [0, {self.max_batch})")
@@ -133,8 +141,8 @@ class GrammarBatch:
     # ------------------------------------------------------------------ steps (device side)
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> torch.Tensor:
         self._check_bitmask(bitmask)
-        xg.fill_next_token_bitmask(self.runtime, self._arena_tensors, self.arena.arena_id,
-                                   bitmask, self._budget())
+        self._op("fill_next_token_bitmask")(self.runtime, self._arena_tensors,
+                                            self.arena.arena_id, bitmask, self._budget())
         return bitmask
 
     def fill_and_apply(self, logits: torch.Tensor,
@@ -143,8 +151,8 @@ class GrammarBatch:
         ``bitmask`` when given (else to an internal buffer, returned)."""
         bitmask = self._bitmask if bitmask is None else bitmask
         self._check_bitmask(bitmask)
-        xg.fill_and_apply(self.runtime, self._arena_tensors, self.arena.arena_id, logits,
-                          bitmask, self._budget())
+        self._op("fill_and_apply")(self.runtime, self._arena_tensors, self.arena.arena_id,
+                                   logits, bitmask, self._budget())
         return bitmask
 
     def fill_and_sample(self, logits: torch.Tensor, *,
@@ -195,18 +203,18 @@ class GrammarBatch:
             seed_tensor = seed
         else:
             seed_tensor = constant("seed", int(seed), (1,), torch.int64)
-        return xg.fill_and_sample(self.runtime, self._arena_tensors, self.arena.arena_id, logits,
-                                  bitmask,
-                                  per_row("temperature", temperature, torch.float32, float),
-                                  per_row("top_k", top_k, torch.int32, int),
-                                  per_row("top_p", top_p, torch.float32, float), seed_tensor,
-                                  self.sample_offset, self.vocab_size, self._budget())
+        return self._op("fill_and_sample")(
+            self.runtime, self._arena_tensors, self.arena.arena_id, logits, bitmask,
+            per_row("temperature", temperature, torch.float32, float),
+            per_row("top_k", top_k, torch.int32, int),
+            per_row("top_p", top_p, torch.float32, float), seed_tensor,
+            self.sample_offset, self.vocab_size, self._budget())
 
     def accept(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Advance every slot by its token; returns accepted (bool [max_batch]). A rejected
         token leaves its slot unchanged. An accepted token counts against its slot's budget."""
-        accepted = xg.accept_token(self.runtime, self._arena_tensors, self.arena.arena_id,
-                                   token_ids)
+        accepted = self._op("accept_token")(self.runtime, self._arena_tensors,
+                                            self.arena.arena_id, token_ids)
         if self._budgeted:
             self.token_budget.sub_((accepted & (self.token_budget > 0)).to(torch.int32))
         return accepted
@@ -217,7 +225,7 @@ class GrammarBatch:
         if isinstance(num_tokens, int):
             num_tokens = torch.full((self.max_batch,), num_tokens, dtype=torch.int64,
                                     device=self.device)
-        ok = xg.rollback(self.runtime, num_tokens)
+        ok = self._op("rollback")(self.runtime, num_tokens)
         if self._budgeted:
             given_back = torch.where(ok & (self.token_budget >= 0), num_tokens, 0)
             torch.minimum(self.token_budget + given_back.to(torch.int32), self._budget_at_start,
@@ -234,7 +242,7 @@ class GrammarBatch:
             which = torch.zeros(self.max_batch, dtype=torch.bool)
             which[torch.as_tensor(list(slots), dtype=torch.long)] = True
             which = which.to(self.device)
-        xg.reset(self.runtime, self._arena_tensors, self.arena.arena_id, which)
+        self._op("reset")(self.runtime, self._arena_tensors, self.arena.arena_id, which)
         if self._budgeted:
             torch.where(which, self._budget_at_start, self.token_budget, out=self.token_budget)
 

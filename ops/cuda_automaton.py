@@ -50,11 +50,18 @@ def _module(device_index: int, defines: tuple = ()):
         return cupy.RawModule(code=_source(), options=("-std=c++17",) + tuple(defines))
 
 
+@functools.lru_cache(maxsize=None)
+def _kernel(device_index: int, defines: tuple, name: str):
+    """The kernel's handle, looked up once (``RawModule.get_function`` builds a new Function
+    object on every call)."""
+    return _module(device_index, defines).get_function(name)
+
+
 def _launch(name: str, device: torch.device, grid, block, args) -> None:
     import cupy
 
     index = device.index if device.index is not None else torch.cuda.current_device()
-    kernel = _module(index, KERNEL_DEFINES).get_function(name)
+    kernel = _kernel(index, KERNEL_DEFINES, name)
     stream = _external_stream(torch.cuda.current_stream(device).cuda_stream)
     with cupy.cuda.Device(index), stream:
         kernel(grid, block, args)
@@ -102,12 +109,11 @@ def rollback(table: torch.Tensor, num_tokens: torch.Tensor, ok: torch.Tensor) ->
 UNCERTAIN_THREADS = layout.KERNEL_CONSTANTS["UNC_THREADS"]
 
 
-def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor,
-              wide_queue: torch.Tensor) -> None:
+def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor) -> None:
     """The uncertain-token walks: xg_uncertain, then xg_uncertain_wide over the walks it queued
-    (``wide_queue``: the buffer P_WIDE_QUEUE points at; its count is zeroed first), then
-    xg_error_rows (rows of slots that ran out of room allow only the stop tokens)."""
-    wide_queue[:1].zero_()
+    (the queue P_WIDE_QUEUE points at, whose count is zero between fills: allocated so, and
+    zeroed again by xg_error_rows), then xg_error_rows (rows of slots that ran
+    out of room allow only the stop tokens)."""
     words = np.int32(bitmask.shape[1])
     _launch("xg_uncertain", table.device, (batch,), (UNCERTAIN_THREADS,),
             (_pointer(table), np.int32(batch), _pointer(bitmask), words))

@@ -46,7 +46,6 @@ from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
 STATE_COUNT = len(RuntimeState.FIELDS)
 RUNTIME_FIELDS = tuple(layout.names("state") + layout.names("scratch")) + ("pointer_table",)
 LIMITS_INDEX = RUNTIME_FIELDS.index("limits")
-WIDE_QUEUE_INDEX = RUNTIME_FIELDS.index("wide_queue")
 BUDGET_PLAN_INDEX = RUNTIME_FIELDS.index("budget_plan")
 BUDGET_DROP_INDEX = RUNTIME_FIELDS.index("budget_drop")
 TABLE_INDEX = len(RUNTIME_FIELDS) - 1
@@ -104,7 +103,7 @@ def _clear(state: RuntimeState, slot: int) -> None:
 
 
 @reset.register_kernel("cuda")
-def _(runtime, arena, arena_id, slots):
+def _reset_cuda(runtime, arena, arena_id, slots):
     from gxg.ops import cuda_automaton
     with _range("xg::reset"):
         # the kernels index their per-slot arguments densely: views (input_ids[:, -1]) are copied
@@ -132,7 +131,7 @@ def accept_token(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_i
 
 
 @accept_token.register_kernel("cuda")
-def _(runtime, arena, arena_id, token_ids):
+def _accept_token_cuda(runtime, arena, arena_id, token_ids):
     from gxg.ops import cuda_automaton
     with _range("xg::accept_token"):
         accepted = torch.empty(token_ids.shape[0], dtype=torch.bool, device=token_ids.device)
@@ -163,7 +162,7 @@ def rollback(runtime: List[torch.Tensor], num_tokens: torch.Tensor) -> torch.Ten
 
 
 @rollback.register_kernel("cuda")
-def _(runtime, num_tokens):
+def _rollback_cuda(runtime, num_tokens):
     from gxg.ops import cuda_automaton
     with _range("xg::rollback"):
         ok = torch.empty(num_tokens.shape[0], dtype=torch.bool, device=num_tokens.device)
@@ -216,15 +215,14 @@ def _fill_cuda(runtime, arena, bitmask, remaining=None) -> None:
     from gxg.ops.fill_triton import fill_dense
     _check_remaining(remaining, bitmask)
     fill_dense(runtime[:STATE_COUNT], arena, bitmask)
-    cuda_automaton.uncertain(runtime[TABLE_INDEX], bitmask.shape[0], bitmask,
-                             runtime[WIDE_QUEUE_INDEX])
+    cuda_automaton.uncertain(runtime[TABLE_INDEX], bitmask.shape[0], bitmask)
     if remaining is not None:
         cuda_automaton.budget(runtime[TABLE_INDEX], bitmask, remaining,
                               runtime[BUDGET_PLAN_INDEX], runtime[BUDGET_DROP_INDEX])
 
 
 @fill_next_token_bitmask.register_kernel("cuda")
-def _(runtime, arena, arena_id, bitmask, remaining=None):
+def _fill_next_token_bitmask_cuda(runtime, arena, arena_id, bitmask, remaining=None):
     with _range("xg::fill_next_token_bitmask"):
         _fill_cuda(runtime, arena, bitmask, remaining)
 
@@ -244,7 +242,7 @@ def apply_token_bitmask_inplace(logits: torch.Tensor, bitmask: torch.Tensor,
 
 
 @apply_token_bitmask_inplace.register_kernel("cuda")
-def _(logits, bitmask, indices=None):
+def _apply_token_bitmask_inplace_cuda(logits, bitmask, indices=None):
     from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton
     with _range("xg::apply_token_bitmask_inplace"):
         apply_token_bitmask_inplace_triton(logits, bitmask, indices=indices)
@@ -264,7 +262,7 @@ def fill_and_apply(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena
 
 
 @fill_and_apply.register_kernel("cuda")
-def _(runtime, arena, arena_id, logits, bitmask, remaining=None):
+def _fill_and_apply_cuda(runtime, arena, arena_id, logits, bitmask, remaining=None):
     from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton
     with _range("xg::fill_and_apply"):
         _fill_cuda(runtime, arena, bitmask, remaining)
@@ -303,8 +301,8 @@ def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor], aren
 
 
 @fill_and_sample.register_kernel("cuda")
-def _(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p, seed, offset,
-      vocab_size, remaining=None):
+def _fill_and_sample_cuda(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p,
+                          seed, offset, vocab_size, remaining=None):
     from gxg.ops.sample_triton import sample_masked_triton
     reference.check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset,
                                      vocab_size)
@@ -320,3 +318,22 @@ def _(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p, seed
 def _(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p, seed, offset,
       vocab_size, remaining=None):
     return logits.new_empty(logits.shape[0], dtype=torch.int64)
+
+
+# ----------------------------------------------------------------------------- the eager path
+
+#: The CUDA kernels of the ops by op name, for callers that run eagerly (not traced by
+#: torch.compile): the same launches without the dispatcher's Python layers, which cost
+#: ~100 µs per call with the ~60 tensors of the argument lists (autograd and ADInplaceOrView
+#: wrappers, aliasing checks, a version bump per mutated tensor). ``GrammarBatch`` calls these
+#: on CUDA when ``torch.compiler.is_compiling()`` is False; CUDA graphs capture them as they
+#: capture the ops.
+CUDA_KERNELS = {
+    "reset": _reset_cuda,
+    "accept_token": _accept_token_cuda,
+    "rollback": _rollback_cuda,
+    "fill_next_token_bitmask": _fill_next_token_bitmask_cuda,
+    "apply_token_bitmask_inplace": _apply_token_bitmask_inplace_cuda,
+    "fill_and_apply": _fill_and_apply_cuda,
+    "fill_and_sample": _fill_and_sample_cuda,
+}

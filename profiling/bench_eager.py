@@ -1,0 +1,155 @@
+"""The eager (no CUDA graph) step: what one token costs a runner that does not capture.
+
+1. ``GrammarBatch`` at B = 1: ``fill_next_token_bitmask`` + ``accept`` + reading the accepted
+   flag (one host synchronisation), teacher-forced through a valid document, host clock per
+   step (median and p99 over the steps).
+2. ``gxg.contrib.hf.LogitsProcessor`` on CUDA: one call per step as transformers makes it
+   (accept the last token, fill, apply to scores [1, 151936]), teacher-forced through the same
+   document, host clock with a synchronisation after each call; and inside ``model.generate``
+   (greedy, 64 new tokens) with a SmolLM2-135M-shaped Llama of random weights over the Qwen
+   vocabulary: time per token with the grammar and without (median of 5 runs; the difference
+   is within the run-to-run noise of generate itself, so the per-call number is the one to
+   read).
+
+Floor (written down first): the GPU work of the step is ~20 µs (the same fill + accept inside a
+graph, profiling/RESULTS.md); the rest is host time: op dispatch, argument checks, launches and
+the synchronisation. Target (issue 13): step 1 <= 60 µs.
+
+Setup: Qwen vocabulary (151,851 ids, the model's head 151,936), builtin JSON grammar.
+Usage: python profiling/bench_eager.py [--steps 200] [--out FILE]
+Prints a table and writes JSON (profiling/results/bench_eager.json or --out).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import RESULTS, machine, percentile, print_table  # noqa: E402
+
+from gxg import vocabularies  # noqa: E402
+from gxg.batch import GrammarBatch  # noqa: E402
+from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
+
+DOCUMENT = ('{"name": "Ada Lovelace", "tags": ["math", "poetry", "engines"], "born": 1815, '
+            '"notes": {"engine": "analytical", "program": [1, 2, 3, 5, 8, 13, 21, 34]}, '
+            '"letters": [{"to": "Babbage", "year": 1843}, {"to": "Somerville", "year": 1834}]}')
+
+
+def eager_step_times(info, compiled, tokens) -> list:
+    """Seconds per eager step (fill + accept + reading accepted) along ``tokens``."""
+    batch = GrammarBatch(info, device="cuda", max_batch=1)
+    batch.bind(0, compiled)
+    bitmask = torch.empty((1, (info.vocab_size + 31) // 32), dtype=torch.int32, device="cuda")
+    stream = torch.tensor(tokens, dtype=torch.int64, device="cuda").view(-1, 1)
+    for _ in range(2):  # warm-up: compiles the kernels
+        batch.reset()
+        batch.fill_next_token_bitmask(bitmask)
+        assert bool(batch.accept(stream[0]).item())
+    batch.reset()
+    torch.cuda.synchronize()
+    times = []
+    for t in range(len(tokens)):
+        start = time.perf_counter()
+        batch.fill_next_token_bitmask(bitmask)
+        ok = bool(batch.accept(stream[t]).item())
+        times.append(time.perf_counter() - start)
+        if not ok:
+            raise SystemExit(f"token {t} of the document was rejected")
+    return times
+
+
+def processor_call_times(compiled, tokens) -> list:
+    """Seconds per LogitsProcessor call (accept the previous token, fill, apply)."""
+    from gxg.contrib.hf import LogitsProcessor
+    processor = LogitsProcessor(compiled, check_rows=False)
+    scores = torch.randn(1, 151936, device="cuda")
+    ids = torch.tensor([[9707]], device="cuda")
+    times = []
+    for token in tokens:
+        step_scores = scores.clone()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        processor(ids, step_scores)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        ids = torch.cat([ids, torch.tensor([[token]], device="cuda")], dim=1)
+    return times[1:]  # the first call starts the rows
+
+
+def processor_times(info, compiled, new_tokens: int) -> dict:
+    """Seconds per generated token of model.generate with and without the processor."""
+    import transformers
+    from gxg.contrib.hf import LogitsProcessor
+    stop = info.stop_token_ids[0]
+    config = transformers.LlamaConfig(vocab_size=151936, hidden_size=576, intermediate_size=1536,
+                                      num_hidden_layers=30, num_attention_heads=9,
+                                      num_key_value_heads=3, max_position_embeddings=2048,
+                                      bos_token_id=stop, eos_token_id=stop, pad_token_id=stop,
+                                      tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    prompt = torch.tensor([[9707, 11, 1879, 0, 3838, 374, 279, 30]], device="cuda")
+
+    def run(with_grammar: bool) -> float:
+        processors = [LogitsProcessor(compiled, check_rows=False)] if with_grammar else []
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                             logits_processor=processors, do_sample=False,
+                             min_new_tokens=new_tokens, max_new_tokens=new_tokens,
+                             pad_token_id=stop, eos_token_id=stop)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - start) / (out.shape[1] - prompt.shape[1])
+
+    run(True), run(False)  # warm-up
+    on = statistics.median(run(True) for _ in range(5))
+    off = statistics.median(run(False) for _ in range(5))
+    return {"per_token_grammar_us": on * 1e6, "per_token_no_grammar_us": off * 1e6,
+            "processor_overhead_us": (on - off) * 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--label", default="")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print the host functions that take the eager step's time "
+                             "(cProfile, cumulative)")
+    parser.add_argument("--out", default=str(RESULTS / "bench_eager.json"))
+    args = parser.parse_args()
+    info = vocabularies.tokenizer_info_for("qwen", vocab_size=151936)
+    tokenizer = vocabularies.qwen_tokenizer()
+    compiled = GrammarCompiler(info).compile_builtin_json_grammar()
+    document = tokenizer.encode(DOCUMENT, add_special_tokens=False)
+    times = []
+    while len(times) < args.steps:  # the document again from the start after each pass
+        times += eager_step_times(info, compiled, document)
+    times = [t * 1e6 for t in times[: args.steps]]
+    if args.profile:
+        import cProfile
+        import pstats
+        profiler = cProfile.Profile()
+        profiler.runcall(eager_step_times, info, compiled, document)
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+    calls = [t * 1e6 for t in processor_call_times(compiled, document)]
+    row = {"label": args.label, "eager_step_p50_us": statistics.median(times),
+           "eager_step_p99_us": percentile(times, 99),
+           "processor_call_p50_us": statistics.median(calls),
+           "processor_call_p99_us": percentile(calls, 99),
+           **processor_times(info, compiled, args.new_tokens)}
+    print_table([row], list(row))
+    out = {"device": torch.cuda.get_device_name(), "machine": machine(), "rows": [row]}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
