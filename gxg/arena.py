@@ -272,7 +272,8 @@ class DeviceArena:
         self._write(gid, compiled, ranges)
         nbytes = sum(count * self._alloc[name].element_bytes for name, (_, count) in
                      ranges.items())
-        tables = compiled.host_tables(tuple(sorted(self.tokenizer_info.stop_token_ids)))
+        from gxg.ops.reference import host_tables
+        tables = host_tables(compiled, tuple(sorted(self.tokenizer_info.stop_token_ids)))
         self._registered[gid] = _Registration(compiled, ranges, tables, nbytes)
         self._by_compiled[id(compiled)] = gid
         return gid

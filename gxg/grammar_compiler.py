@@ -46,7 +46,6 @@ class CompiledGrammar:
     automaton: Automaton
     mask_cache: MaskCache
     _layout: Optional[KernelMaskLayout] = field(default=None, repr=False)
-    _host_tables: dict = field(default_factory=dict, repr=False)
     _context_pairs: Optional[ContextPairs] = field(default=None, repr=False)
     _completion: Optional[CompletionDistances] = field(default=None, repr=False)
 
@@ -76,17 +75,6 @@ class CompiledGrammar:
         if self._completion is None:
             self._completion = completion_distances(self.automaton)
         return self._completion
-
-    def host_tables(self, stop_token_ids: tuple):
-        """The CPU ops' view of this grammar for a set of stop tokens (built once per set and
-        cached on this object; matchers share it)."""
-        tables = self._host_tables.get(stop_token_ids)
-        if tables is None:
-            from gxg.ops.reference import HostTables
-            tables = HostTables(self.automaton, self.kernel_layout, self.tokenizer_info,
-                                stop_token_ids, completion=lambda: self.completion)
-            self._host_tables[stop_token_ids] = tables
-        return tables
 
     @property
     def memory_size_bytes(self) -> int:

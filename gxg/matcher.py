@@ -80,7 +80,7 @@ class GrammarMatcher:
         self._compiled = compiled_grammar
         self._stop_ids = stop_ids
         self._terminate_without_stop = terminate_without_stop_token
-        self._tables = compiled_grammar.host_tables(tuple(stop_ids))
+        self._tables = reference.host_tables(compiled_grammar, tuple(stop_ids))
         self._state = RuntimeState.allocate(1, limits)
         self.reset()
 

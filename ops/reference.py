@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Callable, List, Optional, Tuple
 
 import numpy as np
@@ -137,6 +138,28 @@ class HostTables:
             self._walk = VocabularyWalk(StackWalker(self.automaton, escape_bottom=False),
                                         *self._walk_args)
         return self._walk
+
+
+# A cache that says so: the HostTables of each live compiled grammar, per set of stop tokens
+# (matchers and arenas of one grammar share them). Weak: a grammar that is gone drops out.
+_TABLES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def host_tables(compiled, stop_token_ids: tuple) -> HostTables:
+    """The CPU ops' view of ``compiled`` (a ``CompiledGrammar``) for these stop tokens, built
+    once and shared."""
+    with _TABLES_LOCK:
+        per_stops = _TABLES.setdefault(compiled, {})
+        tables = per_stops.get(stop_token_ids)
+        if tables is None:
+            # a weak reference: the value must not keep its own key alive
+            grammar = weakref.ref(compiled)
+            tables = HostTables(compiled.automaton, compiled.kernel_layout,
+                                compiled.tokenizer_info, stop_token_ids,
+                                completion=lambda: grammar().completion)
+            per_stops[stop_token_ids] = tables
+    return tables
 
 
 # ----------------------------------------------------------------------------- closure

@@ -113,3 +113,16 @@ def test_buffers_have_the_declared_shapes(batch):
 @pytest.mark.parametrize("vocab_size,words", [(1, 1), (31, 1), (32, 1), (33, 2), (151_936, 4748)])
 def test_bitmask_words(vocab_size, words):
     assert layout.bitmask_words(vocab_size) == words
+
+
+def test_the_compile_stage_does_not_import_the_runtime():
+    """Data flows one way: the front ends and the compiler (stages 1-3) import nothing of the
+    arena, the batch or the ops (the CPU ops' tables are built on the runtime side,
+    ``gxg.ops.reference.host_tables``)."""
+    root = Path(__file__).resolve().parent.parent / "gxg"
+    stage = [root / "grammar_compiler.py", *sorted((root / "compiler").glob("*.py")),
+             *sorted((root / "grammar").glob("*.py"))]
+    later = re.compile(r"^\s*(from|import)\s+gxg\.(ops|arena|batch|matcher|runtime)\b",
+                       flags=re.MULTILINE)
+    for path in stage:
+        assert not later.search(path.read_text()), path.name
