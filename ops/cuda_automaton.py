@@ -57,13 +57,32 @@ def _kernel(device_index: int, defines: tuple, name: str):
     return _module(device_index, defines).get_function(name)
 
 
+def _current_stream_handle(index: int) -> int:
+    """torch's current stream on device ``index`` (raw handle; the C call when torch has it:
+    ``torch.cuda.current_stream`` builds a Python Stream object per call)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 def _launch(name: str, device: torch.device, grid, block, args) -> None:
+    """Launch kernel ``name`` on torch's current stream of ``device`` (so CUDA graphs capture
+    it). CuPy launches on its own current stream and device: when those already are torch's
+    (every launch after the first, in a loop) no context is entered. Side effect, on purpose:
+    CuPy's current stream is left at torch's current stream."""
     import cupy
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     kernel = _kernel(index, KERNEL_DEFINES, name)
-    stream = _external_stream(torch.cuda.current_stream(device).cuda_stream)
-    with cupy.cuda.Device(index), stream:
+    handle = _current_stream_handle(index)
+    if cupy.cuda.runtime.getDevice() == index and \
+            cupy.cuda.get_current_stream().ptr == handle:
+        kernel(grid, block, args)
+        return
+    stream = _external_stream(handle)
+    with cupy.cuda.Device(index):
+        stream.use()  # stays CuPy's current stream: the next launches need no context
         kernel(grid, block, args)
 
 
