@@ -161,3 +161,38 @@ def test_generate_two_rows_two_grammars_cuda(tokenizer, grammars, do_sample):
     processor = LogitsProcessor(grammars)  # CUDA scores: the GrammarBatch path
     generate_and_check(model, grammars, processor, do_sample)
     assert processor.active_backend == "batch"
+
+
+OPEN_ENDED = {"type": "object",
+              "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
+              "required": ["tags"]}
+
+
+@pytest.mark.parametrize("backend", ["matcher", "batch"])
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_max_new_tokens_budget_ends_rows_complete(model, grammars, backend, do_sample):
+    """An open-ended schema that a random model never closes by itself: with the processor's
+    ``max_new_tokens`` (generate's own) every row is complete JSON within the budget, whether
+    it reached the stop token or not, on both backends."""
+    info = grammars[0].tokenizer_info
+    compiled = GrammarCompiler(info).compile_json_schema(OPEN_ENDED, any_whitespace=False)
+    input_ids = torch.tensor(PROMPTS)
+    budget = 16
+    torch.manual_seed(1)
+    out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                         logits_processor=[LogitsProcessor(compiled, backend=backend,
+                                                           max_new_tokens=budget)],
+                         do_sample=do_sample, max_new_tokens=budget, pad_token_id=STOP,
+                         eos_token_id=STOP)
+    for row in out[:, input_ids.shape[1]:].tolist():
+        tokens = row[:row.index(STOP)] if STOP in row else row
+        text = b"".join(info.decoded_vocab[t] for t in tokens).decode("utf-8")
+        assert len(tokens) <= budget
+        assert grammar_accepts(compiled.grammar, text), text
+        jsonschema.validate(json.loads(text), OPEN_ENDED)
+    without = model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                             logits_processor=[LogitsProcessor(compiled, backend=backend)],
+                             do_sample=False, max_new_tokens=budget, pad_token_id=STOP,
+                             eos_token_id=STOP)
+    # the same random model without the budget runs out of tokens mid-value (the test can fail)
+    assert any(STOP not in row for row in without[:, input_ids.shape[1]:].tolist())
