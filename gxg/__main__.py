@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="neither read nor write the model cache (see below)")
 
     decoding = gen.add_argument_group("decoding")
-    decoding.add_argument("--max-new-tokens", metavar="N", type=_whole_number(1), default=256,
+    decoding.add_argument("--max-new-tokens", metavar="N", type=_whole_number(1, 2 ** 31 - 1),
+                          default=256,
                           help="at most this many tokens; the output is kept completable "
                                "within them, so it ends complete whenever the grammar has an "
                                "output that short (default: 256)")

@@ -37,6 +37,8 @@ from gxg.tokenizer import TokenizerInfo
 
 xg = torch.ops.xg
 
+MAX_TOKEN_BUDGET = 2 ** 31 - 1  # token_budget is int32 on the device
+
 
 class GrammarBatch:
     def __init__(self, tokenizer_info: TokenizerInfo, device="cuda", max_batch: int = 256,
@@ -115,8 +117,10 @@ class GrammarBatch:
         self._check_slot(slot)
         if max_tokens is None:
             value = -1
-        elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-            raise ValueError(f"max_tokens must be a non-negative int or None, got {max_tokens!r}")
+        elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int) \
+                or not 0 <= max_tokens <= MAX_TOKEN_BUDGET:
+            raise ValueError(f"max_tokens must be an int from 0 to {MAX_TOKEN_BUDGET} or None, "
+                             f"got {max_tokens!r}")
         else:
             value = max_tokens
             self._budgeted = True

@@ -248,8 +248,9 @@ def test_batch_budget_rollback_and_reset(zoo_compiled):
     assert batch.token_budget.tolist() == [10, -1]
     batch.set_token_budget(1, 3)
     assert batch.token_budget.tolist() == [10, 3]
-    with pytest.raises(ValueError, match="max_tokens"):
-        batch.set_token_budget(0, -2)
+    for bad in (-2, 2 ** 31, 1.5, True):
+        with pytest.raises(ValueError, match="max_tokens"):
+            batch.set_token_budget(0, bad)
 
 
 def test_ops_pass_opcheck_with_a_budget(zoo_compiled):
