@@ -8,6 +8,11 @@ Out: the per-step operations as ``torch.ops.xg`` ops on tensors that never move:
      a step reads the device from the host, so a step can be captured in a CUDA graph or traced
      by ``torch.compile``; ``bind``/``unbind`` (host writes) belong between steps.
 
+Eagerly on CUDA, ``fill_next_token_bitmask`` and ``accept`` replay CUDA graphs of themselves
+that they capture on their second call with the same buffers (``eager_graphs=False`` turns this
+off): one host call per step instead of a launch per kernel. Inside a caller's own capture,
+under torch.compile, and on the CPU they run as they are.
+
 Per-slot behaviour (documented contract):
   * unbound slot: the mask allows every token, ``accept`` returns True and keeps no state
     (mixed batches);
@@ -38,13 +43,18 @@ from gxg.tokenizer import TokenizerInfo
 xg = torch.ops.xg
 
 MAX_TOKEN_BUDGET = 2 ** 31 - 1  # token_budget is int32 on the device
+MAX_EAGER_GRAPHS = 8  # cached step graphs per batch (one per bitmask buffer and budget mode)
 
 
 class GrammarBatch:
     def __init__(self, tokenizer_info: TokenizerInfo, device="cuda", max_batch: int = 256,
                  limits: RuntimeLimits = RuntimeLimits(),
-                 capacity: ArenaCapacity = ArenaCapacity()):
+                 capacity: ArenaCapacity = ArenaCapacity(), *, eager_graphs: bool = True):
         self.device = torch.device(device)
+        # Eager fill and accept on CUDA replay cached CUDA graphs of themselves (``_replay``):
+        # one host call instead of a launch per kernel. A cache, and it says so.
+        self.eager_graphs = eager_graphs
+        self._graphs: dict = {}
         self.max_batch = max_batch
         self.limits = limits
         self.vocab_size = tokenizer_info.vocab_size
@@ -90,6 +100,9 @@ class GrammarBatch:
         self.sample_seed = torch.zeros(1, dtype=torch.int64, device=dev)
         self.sample_offset = torch.zeros(1, dtype=torch.int64, device=dev)
         self._sample_constants = {}     # (name, scalar) -> constant tensor, kept for good
+        # accept's static input and output when it replays a graph (``_replay``)
+        self._step_tokens = torch.zeros(b, dtype=torch.int64, device=dev)
+        self._step_accepted = torch.zeros(b, dtype=torch.bool, device=dev)
 
     # ------------------------------------------------------------------ binding (host side)
     def bind(self, slot: int, compiled: CompiledGrammar, *,
@@ -138,6 +151,37 @@ class GrammarBatch:
             return xg_ops.CUDA_KERNELS[name]
         return getattr(xg, name)
 
+    def _replays(self) -> bool:
+        """Eager steps replay cached graphs here and now (see ``_replay``)."""
+        return (self.eager_graphs and self.device.type == "cuda"
+                and not torch.compiler.is_compiling()
+                and not torch.cuda.is_current_stream_capturing())
+
+    def _replay(self, key: tuple, body) -> bool:
+        """Run ``body`` (device work on buffers of fixed address; ``key`` names them) as a
+        cached CUDA graph, where that applies: on CUDA, eagerly (not traced by torch.compile,
+        not inside a capture of the caller's), with ``eager_graphs``. The first call with a key
+        runs nothing here (returns False: the caller runs the step itself, which also loads
+        the kernels); the second captures ``body`` (capturing runs nothing) and replays it;
+        later calls replay it. Returns whether it ran the step."""
+        from gxg.ops import cuda_automaton
+        if not self._replays():
+            return False
+        key = key + (cuda_automaton.KERNEL_DEFINES,)
+        graph = self._graphs.get(key)
+        if graph is None:
+            if len(self._graphs) >= MAX_EAGER_GRAPHS:
+                self._graphs.pop(next(iter(self._graphs)))
+            self._graphs[key] = "seen once"
+            return False
+        if not isinstance(graph, torch.cuda.CUDAGraph):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                body()
+            self._graphs[key] = graph
+        graph.replay()
+        return True
+
     def _check_slot(self, slot: int) -> None:
         if not 0 <= slot < self.max_batch:
             raise IndexError(f"slot {slot} out of range [0, {self.max_batch})")
@@ -145,8 +189,14 @@ class GrammarBatch:
     # ------------------------------------------------------------------ steps (device side)
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> torch.Tensor:
         self._check_bitmask(bitmask)
-        self._op("fill_next_token_bitmask")(self.runtime, self._arena_tensors,
-                                            self.arena.arena_id, bitmask, self._budget())
+
+        def fill():
+            self._op("fill_next_token_bitmask")(self.runtime, self._arena_tensors,
+                                                self.arena.arena_id, bitmask, self._budget())
+
+        if not self._replay(("fill", bitmask.data_ptr(), bitmask.stride(0), self._budgeted),
+                            fill):
+            fill()
         return bitmask
 
     def fill_and_apply(self, logits: torch.Tensor,
@@ -217,11 +267,22 @@ class GrammarBatch:
     def accept(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Advance every slot by its token; returns accepted (bool [max_batch]). A rejected
         token leaves its slot unchanged. An accepted token counts against its slot's budget."""
-        accepted = self._op("accept_token")(self.runtime, self._arena_tensors,
-                                            self.arena.arena_id, token_ids)
-        if self._budgeted:
-            self.token_budget.sub_((accepted & (self.token_budget > 0)).to(torch.int32))
-        return accepted
+        def step(tokens):
+            accepted = self._op("accept_token")(self.runtime, self._arena_tensors,
+                                                self.arena.arena_id, tokens)
+            if self._budgeted:
+                self.token_budget.sub_((accepted & (self.token_budget > 0)).to(torch.int32))
+            return accepted
+
+        def static_step():
+            self._step_accepted.copy_(step(self._step_tokens))
+
+        if self._replays() and token_ids.shape == self._step_tokens.shape \
+                and token_ids.device == self.device:
+            self._step_tokens.copy_(token_ids)  # the graph reads its tokens from here
+            if self._replay(("accept", self._budgeted), static_step):
+                return self._step_accepted.clone()  # the next replay overwrites the buffer
+        return step(token_ids)
 
     def rollback(self, num_tokens: Union[int, torch.Tensor]) -> torch.Tensor:
         """Undo the last ``num_tokens`` steps of each slot (an int for all, or int [max_batch]);

@@ -349,3 +349,23 @@ def test_wide_walk_out_of_room_sets_the_error(setup, monkeypatch):
             np.testing.assert_array_equal(masks[0][slot], masks[1][slot], err_msg=f"slot {slot}")
         else:
             assert errors[slot] == ErrorCode.UNCERTAIN_WALK_TOO_LARGE
+
+
+@cuda
+@pytest.mark.gpu
+def test_eager_graph_replays_match_direct_launches(setup):
+    """Eager fill and accept replay graphs of themselves from their second call on: masks,
+    accepted flags and states equal those of a batch that launches every kernel (and the CPU
+    reference is compared elsewhere); a graph was in fact captured and replayed."""
+    info, compiled = setup
+    batches = [GrammarBatch(info, device="cuda", max_batch=2 * len(compiled) + 1,
+                            eager_graphs=flag) for flag in (True, False)]
+    logs = [[], []]
+    for i, batch in enumerate(batches):
+        random_run(batch, info, compiled, steps=20, seed=5,
+                   check=lambda what, m, i=i: logs[i].append((what, m.cpu().numpy().copy())))
+    for step, ((what, m0), (_, m1)) in enumerate(zip(*logs)):
+        np.testing.assert_array_equal(m0, m1, err_msg=f"step {step} ({what})")
+    compare_states(*batches, where="end")
+    assert any(isinstance(g, torch.cuda.CUDAGraph) for g in batches[0]._graphs.values())
+    assert not batches[1]._graphs

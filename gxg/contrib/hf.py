@@ -158,13 +158,9 @@ class _BatchRows:
         return self.batch.fill_next_token_bitmask(self.bitmask)
 
     def fill_and_apply(self, scores: torch.Tensor) -> torch.Tensor:
-        if scores.shape[1] >= self.vocab_size:
-            # the op wants logits [max_batch, >= vocab_size]; a view keeps the extra ids out
-            self.batch.fill_and_apply(scores[:, :self.vocab_size], self.bitmask)
-            if scores.shape[1] > self.vocab_size:
-                scores[:, self.vocab_size:] = float("-inf")
-        else:
-            _apply(scores, self.fill(), self.vocab_size)
+        # fill into the processor's own bitmask (a buffer of fixed address: eagerly on CUDA the
+        # batch replays a graph of the fill), then mask the scores (new every step)
+        _apply(scores, self.fill(), self.vocab_size)
         return self.bitmask
 
     def is_terminated(self) -> torch.Tensor:
