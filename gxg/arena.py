@@ -230,8 +230,7 @@ class DeviceArena:
         np.cumsum(lengths, out=offsets[1:])
         data = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         self.id_offsets = torch.from_numpy(offsets.astype(np.int32)).to(dev)
-        self.ids_by_length = torch.from_numpy(
-            np.argsort(-lengths, kind="stable").astype(np.int32)).to(dev)
+        self.ids_by_length = torch.from_numpy(info.ids_by_length.astype(np.int32)).to(dev)
         self.id_bytes = torch.from_numpy(data.copy() if len(data) else
                                          np.zeros(1, np.uint8)).to(dev)
         is_stop = np.zeros(self.vocab_size, dtype=np.int8)

@@ -588,6 +588,20 @@ class TokenizerInfo:
     def sorted_token_ids(self) -> np.ndarray:
         return self.sorted_vocab.sorted_token_ids
 
+    @functools.cached_property
+    def token_lengths_by_id(self) -> np.ndarray:
+        """int64 [vocab_size]: byte length of each id's matchable text (0 for special, stop
+        and padding ids, which are outside the sorted vocabulary)."""
+        lengths = np.zeros(self._vocab_size, dtype=np.int64)
+        lengths[self.sorted_token_ids] = np.diff(self.token_offsets)
+        return lengths
+
+    @functools.cached_property
+    def ids_by_length(self) -> np.ndarray:
+        """int64 [vocab_size]: the token ids by ``token_lengths_by_id``, longest first (ties
+        by id), what token budgets walk a prefix of."""
+        return np.argsort(-self.token_lengths_by_id, kind="stable")
+
     @property
     def token_bytes(self) -> np.ndarray:
         return self.sorted_vocab.token_bytes

@@ -91,6 +91,7 @@ class HostTables:
         self.is_stop = np.zeros(self.vocab_size, dtype=bool)
         self.is_stop[self.stop_token_ids] = True
         self._walk_args = (tokenizer_info.token_bytes, tokenizer_info.token_offsets)
+        self._tokenizer_info = tokenizer_info
         self._walk: Optional[VocabularyWalk] = None
         # the compiled grammar's completion distances, computed on first use
         self._completion_of = completion or functools.lru_cache(maxsize=1)(
@@ -123,13 +124,11 @@ class HostTables:
         """(sorted index of each id, -1 for ids outside the sorted vocabulary; the ids by byte
         length, longest first; minus their lengths, ascending), int64 [V] each (cached)."""
         if self._token_of_id is None:
+            info = self._tokenizer_info
             sorted_index = np.full(self.vocab_size, -1, dtype=np.int64)
             sorted_index[self.sorted_token_ids] = np.arange(len(self.sorted_token_ids))
-            lengths = np.array([len(b) for b in self.decoded_vocab]
-                               + [0] * (self.vocab_size - len(self.decoded_vocab)),
-                               dtype=np.int64)[: self.vocab_size]
-            by_length = np.argsort(-lengths, kind="stable")
-            self._token_of_id = (sorted_index, by_length, -lengths[by_length])
+            by_length = info.ids_by_length
+            self._token_of_id = (sorted_index, by_length, -info.token_lengths_by_id[by_length])
         return self._token_of_id
 
     def full_stack_walk(self) -> VocabularyWalk:
