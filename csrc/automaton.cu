@@ -23,13 +23,15 @@
 //                  memory: UNC_STACKS stacks of UNC_DEPTH pushed nodes) and ORs the token's bit
 //                  into the bitmask row (atomicOr). Reads per token: its bytes, the tables, the
 //                  stack entries it pops. A walk that outgrows the local arrays is queued.
-//   xg_uncertain_wide  grid WIDE_WORKERS/64 x 64: the queued walks again, with WIDE_STACKS
-//                  stacks of WIDE_DEPTH nodes per worker in global memory (P_WIDE_SPACE). An
-//                  empty queue costs one launch that reads one int. The answer is the same as
-//                  the local walk's would be: both follow ops/reference.py's walk; only the
-//                  room differs, and running out of the wide room sets the slot's error.
-//   xg_error_rows  grid B x 128: rows of slots with an error code get the stop tokens only
-//                  (a walk that ran out of room in this fill left its row partial).
+//   xg_uncertain_wide  one block of WIDE_WORKERS threads: the queued walks again, with
+//                  WIDE_STACKS stacks of WIDE_DEPTH nodes per worker in global memory
+//                  (P_WIDE_SPACE); then the rows of slots with an error code get the stop
+//                  tokens only (a walk that ran out of room in this fill left its row
+//                  partial) and the queue's count is zeroed. An empty queue and no failed slot
+//                  cost one launch that reads one int and ceil(B / WIDE_WORKERS) x 2 ints per
+//                  thread. The answer is the same as the local walk's would be: both follow
+//                  ops/reference.py's walk; only the room differs, and running out of the wide
+//                  room sets the slot's error.
 //   xg_budget_plan grid B x 32: per slot with a token budget (remaining[b] >= 0), how many
 //                  allowed tokens may not fit and need a walk. A token of L bytes fits without
 //                  a walk when D + L * max_rise <= remaining - 1 (D: the largest completion
@@ -459,7 +461,7 @@ extern "C" __global__ void xg_rollback(const u64* t, int B, const long long* num
 #endif
 #define WIDE_WORK (WIDE_STACKS * 4)
 #ifndef WIDE_WORKERS
-#define WIDE_WORKERS 256  // threads of xg_uncertain_wide (its grid: WIDE_WORKERS / 64 blocks)
+#define WIDE_WORKERS 256  // threads of xg_uncertain_wide (its grid: one block)
 #endif
 #ifndef WIDE_QUEUE
 #define WIDE_QUEUE 65536  // queued walks per fill; P_WIDE_QUEUE = [count, (slot, top, token) x]
@@ -636,14 +638,17 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
   }
 }
 
-// The queued walks of this fill, WIDE_WORKERS threads striding over them; each worker's stacks
-// live in its own part of P_WIDE_SPACE. Launched after xg_uncertain on the same stream; reads
-// the queue's count (zero before xg_uncertain: xg_error_rows zeroes it after each fill).
-extern "C" __global__ void xg_uncertain_wide(const u64* t, int* bitmask, int words) {
-  int worker = blockIdx.x * blockDim.x + threadIdx.x;
-  const int* queue = ptr<const int>(t, P_WIDE_QUEUE);
+// The queued walks of this fill: one block of WIDE_WORKERS threads striding over them; each
+// worker's stacks live in its own part of P_WIDE_SPACE. Launched after xg_uncertain on the same
+// stream (the queue's count is zero before xg_uncertain). After the block's barrier it ends
+// the fill: (a) every slot whose error code is set gets the stop tokens only (a walk that ran
+// out of room in this fill left its row partial; slots that had failed before the fill got
+// that from the dense fill already) and (b) the queue's count goes back to zero for the next
+// fill. One block, so a barrier orders (a) and (b) after every walk: no other launch.
+extern "C" __global__ void xg_uncertain_wide(const u64* t, int B, int* bitmask, int words) {
+  int worker = threadIdx.x;
+  int* queue = ptr<int>(t, P_WIDE_QUEUE);
   int queued = min(queue[0], WIDE_QUEUE);
-  if (worker >= WIDE_WORKERS || worker >= queued) return;
   typedef LaneStack<WIDE_DEPTH> Wide;
   Wide* a = ptr<Wide>(t, P_WIDE_SPACE) + (size_t)worker * (WIDE_STACKS + WIDE_WORK);
   Wide* work = a + WIDE_STACKS;
@@ -654,20 +659,21 @@ extern "C" __global__ void xg_uncertain_wide(const u64* t, int* bitmask, int wor
     if (found > 0) set_bit(t, bitmask, words, b, sorted);
     if (found < 0) atomicExch(ptr<int>(t, P_ERROR) + b, ERR_UNCERTAIN_WALK_TOO_LARGE);
   }
-}
-
-// A slot whose walk ran out of room in this fill has a partial row: like every slot with an
-// error code, it allows only the stop tokens (the dense fill wrote that for slots whose error
-// was already set). Grid B x 128. Also zeroes the wide queue's count.
-extern "C" __global__ void xg_error_rows(const u64* t, int B, int* bitmask, int words) {
-  int b = blockIdx.x;
-  // The last kernel of the fill: the wide walk's queue is empty again for the next fill (so
-  // the launcher needs no separate zeroing launch).
-  if (b == 0 && threadIdx.x == 0) ptr<int>(t, P_WIDE_QUEUE)[0] = 0;
-  if (b >= B || ptr<int>(t, P_GRAMMAR)[b] < 0 || ptr<int>(t, P_ERROR)[b] == 0) return;
+  __syncthreads();  // every walk is done and every worker has read the count
+  if (threadIdx.x == 0) queue[0] = 0;
   const int* stop_words = ptr<const int>(t, P_STOP_WORDS);
-  for (int w = threadIdx.x; w < words; w += blockDim.x)
-    bitmask[(size_t)b * words + w] = stop_words[w];
+  const int* grammar = ptr<const int>(t, P_GRAMMAR);
+  const int* error = ptr<const int>(t, P_ERROR);
+  for (int first = 0; first < B; first += blockDim.x) {
+    int b = first + threadIdx.x;
+    bool failed = b < B && grammar[b] >= 0 && error[b] != 0;
+    if (!__syncthreads_or(failed)) continue;  // the usual case: none of these slots failed
+    for (int f = first; f < min(B, first + (int)blockDim.x); ++f) {
+      if (grammar[f] < 0 || error[f] == 0) continue;  // the same for every thread
+      for (int w = threadIdx.x; w < words; w += blockDim.x)
+        bitmask[(size_t)f * words + w] = stop_words[w];
+    }
+  }
 }
 
 // ----------------------------------------------------------------------------- budget

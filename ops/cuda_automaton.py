@@ -129,17 +129,14 @@ UNCERTAIN_THREADS = layout.KERNEL_CONSTANTS["UNC_THREADS"]
 
 
 def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor) -> None:
-    """The uncertain-token walks: xg_uncertain, then xg_uncertain_wide over the walks it queued
-    (the queue P_WIDE_QUEUE points at, whose count is zero between fills: allocated so, and
-    zeroed again by xg_error_rows), then xg_error_rows (rows of slots that ran
-    out of room allow only the stop tokens)."""
+    """The uncertain-token walks, ORed into the bitmask the dense fill wrote: xg_uncertain (B
+    blocks), then xg_uncertain_wide (one block) over the walks it queued, which also gives the
+    rows of slots that ran out of room the stop tokens only and zeroes the queue's count (so
+    the next fill finds it empty)."""
     words = np.int32(bitmask.shape[1])
     _launch("xg_uncertain", table.device, (batch,), (UNCERTAIN_THREADS,),
             (_pointer(table), np.int32(batch), _pointer(bitmask), words))
-    workers = wide_sizes(table.device)[2]
-    _launch("xg_uncertain_wide", table.device, ((workers + 63) // 64,), (64,),
-            (_pointer(table), _pointer(bitmask), words))
-    _launch("xg_error_rows", table.device, (batch,), (128,),
+    _launch("xg_uncertain_wide", table.device, (1,), (wide_sizes(table.device)[2],),
             (_pointer(table), np.int32(batch), _pointer(bitmask), words))
 
 

@@ -39,7 +39,7 @@ import torch
 from gxg import layout
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
 from gxg.ops import reference
-from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
+from gxg.ops.apply_bitmask import apply_arguments, apply_token_bitmask_inplace_cpu
 
 # The runtime list: the layout's state and scratch buffers in table order, then the pointer
 # table (the device addresses of every buffer of gxg.layout, in table order).
@@ -210,10 +210,25 @@ def _check_remaining(remaining: Optional[torch.Tensor], bitmask: torch.Tensor) -
                          f"{remaining.device}")
 
 
+def _check_bitmask(runtime: List[torch.Tensor], bitmask: torch.Tensor) -> None:
+    """Metadata only (no device read): int32 [B, W], contiguous (the kernels address row b at
+    b·W), on the runtime's device; B and W as the runtime's [B, W] scratch has them."""
+    rows, words = runtime[BUDGET_DROP_INDEX].shape
+    if bitmask.dtype != torch.int32 or tuple(bitmask.shape) != (rows, words) \
+            or not bitmask.is_contiguous() or bitmask.device != runtime[0].device:
+        raise ValueError(f"bitmask must be a contiguous int32 tensor of shape ({rows}, {words}) "
+                         f"on {runtime[0].device}, got {bitmask.dtype} "
+                         f"{tuple(bitmask.shape)}{'' if bitmask.is_contiguous() else ' (strided)'}"
+                         f" on {bitmask.device}")
+
+
 def _fill_cuda(runtime, arena, bitmask, remaining=None) -> None:
+    """The fill on CUDA: the dense rows (Triton), the uncertain walks ORed in (CUDA C++, two
+    launches: xg_uncertain, xg_uncertain_wide), and with a budget the budget kernels."""
     from gxg.ops import cuda_automaton
     from gxg.ops.fill_triton import fill_dense
     _check_remaining(remaining, bitmask)
+    _check_bitmask(runtime, bitmask)
     fill_dense(runtime[:STATE_COUNT], arena, bitmask)
     cuda_automaton.uncertain(runtime[TABLE_INDEX], bitmask.shape[0], bitmask)
     if remaining is not None:
@@ -265,6 +280,7 @@ def fill_and_apply(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena
 def _fill_and_apply_cuda(runtime, arena, arena_id, logits, bitmask, remaining=None):
     from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton
     with _range("xg::fill_and_apply"):
+        apply_arguments(logits, bitmask, None, False)  # refused before anything runs
         _fill_cuda(runtime, arena, bitmask, remaining)
         apply_token_bitmask_inplace_triton(logits, bitmask)
 

@@ -3,7 +3,8 @@
 Where the step's time goes: for the builtin JSON grammar on the Qwen vocabulary, a batch is
 advanced a few teacher-forced tokens into real documents, then each part of the step is timed
 alone as CUDA-graph replays (R launches per graph, median of several replays): the dense fill
-(Triton), the uncertain-token check (CUDA C++), the apply (Triton), the whole fill_and_apply op,
+(Triton), the uncertain-token check (CUDA C++: xg_uncertain + xg_uncertain_wide), the apply
+(Triton), the whole fill_and_apply op,
 and accept (an accept + rollback pair minus a rollback alone). Also the floor of the logits
 pass (a fill of B x V fp32) and apply variants (block size, warps, read-before-write) against
 XGrammar's apply kernel.
@@ -39,7 +40,11 @@ def main() -> None:
     parser.add_argument("--advance", type=int, default=6)
     parser.add_argument("--maskbench", default=str(MASKBENCH))
     parser.add_argument("--out", default=None)
+    parser.add_argument("--define", action="append", default=[],
+                        help="a macro for csrc/automaton.cu, e.g. WALK_LANES=1 (variants)")
+    parser.add_argument("--no-apply-variants", action="store_true")
     args = parser.parse_args()
+    cuda_automaton.KERNEL_DEFINES = tuple(f"-D{d}" for d in args.define)
     xgr = import_xgrammar()
     info = vocabularies.tokenizer_info_for("qwen")
     tokenizer = vocabularies.qwen_tokenizer()
@@ -61,8 +66,8 @@ def main() -> None:
                                    device="cuda")
         logits = torch.randn(b, v, device="cuda")
         bitmask = torch.empty((b, (v + 31) // 32), dtype=torch.int32, device="cuda")
-        state, arena, table = batch.runtime[:STATE_COUNT], batch._arena_tensors, \
-            batch.runtime[TABLE_INDEX]
+        table = batch.runtime[TABLE_INDEX]
+        state, arena = batch.runtime[:STATE_COUNT], batch._arena_tensors
         ones = torch.ones(b, dtype=torch.int64, device="cuda")
         parts = {
             "fill_dense": lambda: fill_dense(state, arena, bitmask),
@@ -78,13 +83,13 @@ def main() -> None:
         row = {"batch": b, **{f"{k}_us": 1e6 * t for k, t in times.items()}}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        for block_words in (16, 32, 64, 128):
+        for block_words in () if args.no_apply_variants else (16, 32, 64, 128):
             for warps in (4, 8):
                 t = graph_time(lambda: apply_token_bitmask_inplace_triton(
                     logits, bitmask, block_words=block_words, num_warps=warps))
                 apply_rows.append({"batch": b, "block_words": block_words, "warps": warps,
                                    "us": 1e6 * t, "GBps": b * v * 4 / t / 1e9})
-        if xgr is not None:
+        if xgr is not None and not args.no_apply_variants:
             t = graph_time(lambda: xgr.apply_token_bitmask_inplace(logits, bitmask))
             apply_rows.append({"batch": b, "block_words": "xgrammar", "us": 1e6 * t,
                                "GBps": b * v * 4 / t / 1e9})
@@ -96,9 +101,10 @@ def main() -> None:
         key = r["batch"]
         if isinstance(r["block_words"], int) and (key not in best or r["us"] < best[key]["us"]):
             best[key] = r
-    print_table(list(best.values()) + [r for r in apply_rows
-                                       if not isinstance(r["block_words"], int)],
-                ["batch", "block_words", "warps", "us", "GBps"])
+    if apply_rows:
+        print_table(list(best.values()) + [r for r in apply_rows
+                                           if not isinstance(r["block_words"], int)],
+                    ["batch", "block_words", "warps", "us", "GBps"])
     out = Path(args.out) if args.out else (Path(__file__).resolve().parent / "results" /
                                            "bench_kernels.json")
     out.parent.mkdir(parents=True, exist_ok=True)

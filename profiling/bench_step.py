@@ -185,7 +185,16 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--maskbench", default=str(MASKBENCH))
     parser.add_argument("--out", default=None)
+    parser.add_argument("--grammars", nargs="+", default=None,
+                        help="only these workloads (builtin_json, o27713, o49496)")
+    parser.add_argument("--gxg-only", action="store_true",
+                        help="time gxg alone (XGrammar still converts the schemas)")
+    parser.add_argument("--define", action="append", default=[],
+                        help="a macro for csrc/automaton.cu, e.g. WALK_LANES=1 (variants)")
     args = parser.parse_args()
+    if args.define:
+        from gxg.ops import cuda_automaton
+        cuda_automaton.KERNEL_DEFINES = tuple(f"-D{d}" for d in args.define)
     xgr = import_xgrammar()
     device = torch.cuda.get_device_name()
     bandwidth = copy_bandwidth()
@@ -198,6 +207,8 @@ def main() -> None:
         xcompiler = xgr.GrammarCompiler(xinfo)
     rows = []
     for name, ebnf, docs in workloads(Path(args.maskbench)):
+        if args.grammars and name not in args.grammars:
+            continue
         grammar = Grammar.builtin_json_grammar() if ebnf is None else Grammar.from_ebnf(ebnf)
         compiled = compiler.compile_grammar(grammar)
         streams = token_streams(tokenizer, docs, args.steps)
@@ -210,7 +221,8 @@ def main() -> None:
             row = {"grammar": name, "batch": batch_size, "gxg_us": per_step * 1e6,
                    "floor_us": floor * 1e6,
                    "target_us": (1.5 * floor + 20e-6) * 1e6}
-            if xgr is not None and (batch_size <= 256 or name == "builtin_json"):
+            if xgr is not None and not args.gxg_only and (batch_size <= 256 or
+                                                          name == "builtin_json"):
                 x_step, threads = time_xgrammar(xgr, xinfo, xcompiled, streams, batch_size,
                                                 min(args.steps, 16), info.vocab_size)
                 row.update({"xgrammar_us": x_step * 1e6, "xgr_threads": threads,
@@ -219,7 +231,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
     apply_rows = []
     for batch_size in args.batches:
-        times = time_apply(info, batch_size, args.reps, xgr)
+        times = time_apply(info, batch_size, args.reps, None if args.gxg_only else xgr)
         bytes_written = batch_size * info.vocab_size * 4
         row = {"batch": batch_size, "gxg_apply_us": times["gxg"] * 1e6,
                "gxg_GBps_logits": bytes_written / times["gxg"] / 1e9,

@@ -237,6 +237,35 @@ def test_cuda_ops_match_cpu_ops(setup, seed, pool, monkeypatch):
     compare_states(*batches, where="end")
 
 
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [4, 300])
+def test_cuda_fill_and_apply_matches_cpu(setup, rows):
+    """fill_and_apply on CUDA (dense fill, uncertain walks, the wide kernel's end of the fill,
+    apply) gives the CPU op's masks and masked logits, logits wider than the vocabulary
+    included; more slots than the wide kernel has threads at 300."""
+    info, compiled = setup
+    batches = [GrammarBatch(info, device=d, max_batch=rows) for d in ("cpu", "cuda")]
+    logits = torch.randn(rows, info.vocab_size + 3, generator=torch.Generator().manual_seed(1))
+    results = []
+    for batch in batches:
+        for slot in range(rows - 1):  # the last slot stays unbound
+            batch.bind(slot, compiled[slot % len(compiled)])
+        rng = random.Random(5)
+        for _ in range(4):  # a few random accepted tokens into each slot
+            mask = batch.fill_next_token_bitmask(
+                torch.zeros((rows, (info.vocab_size + 31) // 32), dtype=torch.int32,
+                            device=batch.device)).cpu().numpy()
+            tokens = [int(rng.choice(np.flatnonzero(mask_to_bool(row, info.vocab_size))))
+                      for row in mask]
+            batch.accept(torch.tensor(tokens, device=batch.device))
+        out = logits.clone().to(batch.device)
+        bitmask = batch.fill_and_apply(out).cpu()
+        results.append((bitmask, out.cpu()))
+    assert torch.equal(results[0][0], results[1][0])
+    assert torch.equal(results[0][1], results[1][1])
+
+
 def decode_step(batch, logits):
     batch.fill_and_apply(logits)
     tokens = torch.argmax(logits, dim=-1)
