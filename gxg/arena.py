@@ -26,6 +26,10 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
     grammar_classes    int32  [G]      number of byte classes C_g
     grammar_max_rise   int32  [G]      bound on one byte's rise of a stack's completion
                                        distance (-1: none)
+    grammar_nodes      int32  [G]      number of nodes
+    grammar_generation int32  [G]      bumped by every register of the id: the CPU kernels'
+                                       cached host tables of the id are current while it is
+                                       unchanged (``gxg.ops.arena_tables``)
   per node (row = grammar_node_base[g] + local node)
     node_next          int32  [N]      offset of the node's C_g scan targets in ``next_flat``
     next_flat          int32  [X]      local target node, -1 = no edge
@@ -37,6 +41,8 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
     node_unc_lo/hi     int32  [N]      range of the node's uncertain tokens
     node_distance      int32  [N]      fewest bytes to complete the node's rule (token budgets;
                                        ``gxg.compiler.completion``)
+    node_rule          int32  [N]      local rule id (rules number their nodes contiguously,
+                                       start node first: the CPU kernels' walkers read it)
   accept_rows          int32  [R, W]   dense accept rows (deduplicated per grammar)
   uncertain_tokens     int32  [U]      sorted-vocabulary indices
   second level (``ContextPairs``: a node's uncertain tokens given the node below it)
@@ -49,11 +55,11 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
 
 Register copies a grammar's tables into free ranges of each buffer (first fit); unregister
 returns them. A buffer too small raises ``ArenaFullError`` naming the buffer, what was needed
-and what is free.
+and what is free. The buffers are all that the ops know of the grammars: the CUDA kernels read
+them through the pointer table, the CPU kernels rebuild their host tables from them.
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
@@ -74,10 +80,11 @@ VOCABULARY_FIELDS = ("token_bytes", "token_offsets", "sorted_token_ids", "id_off
                      "id_bytes", "is_stop", "stop_words", "ids_by_length")
 FILL = {"next_flat": -1, "node_row": -1, "grammar_classes": 1}
 
-# Host views of live arenas, by arena id: the CPU kernels of the ops (which only receive
-# tensors and an int) find a grammar's host tables here. Weak: an arena that is gone drops out.
-LIVE_ARENAS: "weakref.WeakValueDictionary[int, DeviceArena]" = weakref.WeakValueDictionary()
-_next_arena_id = [0]
+
+def _bytes_per(dim: str) -> int:
+    """Bytes one entry of dimension ``dim`` takes over the arena buffers indexed by it alone."""
+    return sum(np.dtype(b.dtype).itemsize for b in map(layout.buffer, ARENA_FIELDS)
+               if b.dims == (dim,))
 
 
 class ArenaFullError(RuntimeError):
@@ -173,7 +180,6 @@ class _Ranges:
 class _Registration:
     compiled: CompiledGrammar
     ranges: Dict[str, Tuple[int, int]]   # buffer name -> (start, count)
-    host_tables: object                  # ops.reference.HostTables for the CPU kernels
     nbytes: int
 
 
@@ -185,19 +191,16 @@ class DeviceArena:
         self.capacity = capacity
         self.vocab_size = tokenizer_info.vocab_size
         self.words = layout.bitmask_words(self.vocab_size)
-        self.arena_id = _next_arena_id[0]
-        _next_arena_id[0] += 1
-        LIVE_ARENAS[self.arena_id] = self
         self._build_vocabulary()
         c = capacity
         g, n = c.max_grammars, c.nodes
         self._alloc = {
-            "nodes": _Ranges("nodes", n, 4 * 10),  # ten int32 tables per node
+            "nodes": _Ranges("nodes", n, _bytes_per("N")),
             "next_flat": _Ranges("next_flat", c.next_entries, 4),
-            "refs": _Ranges("refs", c.ref_edges, 8),
+            "refs": _Ranges("refs", c.ref_edges, _bytes_per("E")),
             "accept_rows": _Ranges("accept_rows", c.accept_rows, 4 * self.words),
             "uncertain": _Ranges("uncertain", c.uncertain_tokens, 4),
-            "pairs": _Ranges("pairs", c.pairs, 4 * 5),
+            "pairs": _Ranges("pairs", c.pairs, _bytes_per("Q")),
             "pair_acc": _Ranges("pair_acc", c.pair_tokens, 4),
             "pair_unc": _Ranges("pair_unc", c.pair_tokens, 4),
         }
@@ -271,9 +274,7 @@ class DeviceArena:
         self._write(gid, compiled, ranges)
         nbytes = sum(count * self._alloc[name].element_bytes for name, (_, count) in
                      ranges.items())
-        from gxg.ops.reference import host_tables
-        tables = host_tables(compiled, tuple(sorted(self.tokenizer_info.stop_token_ids)))
-        self._registered[gid] = _Registration(compiled, ranges, tables, nbytes)
+        self._registered[gid] = _Registration(compiled, ranges, nbytes)
         self._by_compiled[id(compiled)] = gid
         return gid
 
@@ -292,6 +293,10 @@ class DeviceArena:
                     np.ascontiguousarray(values, dtype=np.int32)).to(dev)
 
         self.grammar_node_base[gid] = node_base
+        self.grammar_nodes[gid] = n
+        # A new generation: the CPU kernels' cached tables of this id (an earlier grammar's)
+        # are stale from now on.
+        self.grammar_generation[gid] += 1
         self.grammar_root[gid] = int(a.rule_start[a.root_rule])
         self.grammar_byte_class[gid] = torch.from_numpy(a.byte_class.astype(np.int32)).to(dev)
         self.grammar_classes[gid] = c
@@ -300,6 +305,7 @@ class DeviceArena:
         flags = (a.is_final * int(NodeFlag.FINAL) + a.is_scannable * int(NodeFlag.SCANNABLE)
                  + a.is_pure_return * int(NodeFlag.PURE_RETURN))
         put(self.node_flags, node_base, flags)
+        put(self.node_rule, node_base, a.node_rule)
         put(self.node_ref_lo, node_base, ref_base + a.ref_offsets[:-1])
         put(self.node_ref_hi, node_base, ref_base + a.ref_offsets[1:])
         put(self.ref_start, ref_base, a.rule_start[a.ref_rule])
@@ -342,9 +348,6 @@ class DeviceArena:
     # ------------------------------------------------------------------ queries
     def compiled(self, gid: int) -> CompiledGrammar:
         return self._registered[gid].compiled
-
-    def host_tables(self, gid: int):
-        return self._registered[gid].host_tables
 
     def grammar_bytes(self, gid: int) -> int:
         return self._registered[gid].nbytes

@@ -191,8 +191,8 @@ class GrammarBatch:
         self._check_bitmask(bitmask)
 
         def fill():
-            self._op("fill_next_token_bitmask")(self.runtime, self._arena_tensors,
-                                                self.arena.arena_id, bitmask, self._budget())
+            self._op("fill_next_token_bitmask")(self.runtime, self._arena_tensors, bitmask,
+                                                self._budget())
 
         if not self._replay(("fill", bitmask.data_ptr(), bitmask.stride(0), self._budgeted),
                             fill):
@@ -205,8 +205,8 @@ class GrammarBatch:
         ``bitmask`` when given (else to an internal buffer, returned)."""
         bitmask = self._bitmask if bitmask is None else bitmask
         self._check_bitmask(bitmask)
-        self._op("fill_and_apply")(self.runtime, self._arena_tensors, self.arena.arena_id,
-                                   logits, bitmask, self._budget())
+        self._op("fill_and_apply")(self.runtime, self._arena_tensors, logits, bitmask,
+                                   self._budget())
         return bitmask
 
     def fill_and_sample(self, logits: torch.Tensor, *,
@@ -258,7 +258,7 @@ class GrammarBatch:
         else:
             seed_tensor = constant("seed", int(seed), (1,), torch.int64)
         return self._op("fill_and_sample")(
-            self.runtime, self._arena_tensors, self.arena.arena_id, logits, bitmask,
+            self.runtime, self._arena_tensors, logits, bitmask,
             per_row("temperature", temperature, torch.float32, float),
             per_row("top_k", top_k, torch.int32, int),
             per_row("top_p", top_p, torch.float32, float), seed_tensor,
@@ -268,8 +268,7 @@ class GrammarBatch:
         """Advance every slot by its token; returns accepted (bool [max_batch]). A rejected
         token leaves its slot unchanged. An accepted token counts against its slot's budget."""
         def step(tokens):
-            accepted = self._op("accept_token")(self.runtime, self._arena_tensors,
-                                                self.arena.arena_id, tokens)
+            accepted = self._op("accept_token")(self.runtime, self._arena_tensors, tokens)
             if self._budgeted:
                 self.token_budget.sub_((accepted & (self.token_budget > 0)).to(torch.int32))
             return accepted
@@ -307,7 +306,7 @@ class GrammarBatch:
             which = torch.zeros(self.max_batch, dtype=torch.bool)
             which[torch.as_tensor(list(slots), dtype=torch.long)] = True
             which = which.to(self.device)
-        self._op("reset")(self.runtime, self._arena_tensors, self.arena.arena_id, which)
+        self._op("reset")(self.runtime, self._arena_tensors, which)
         if self._budgeted:
             torch.where(which, self._budget_at_start, self.token_budget, out=self.token_budget)
 

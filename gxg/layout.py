@@ -111,6 +111,11 @@ BUFFERS: Tuple[Buffer, ...] = (
     _arena("node_distance", "int32", ("N",), "fewest bytes to complete the node's rule"),
     _arena("grammar_max_rise", "int32", ("G",), "bound on one byte's distance rise (-1: none)"),
     _arena("ids_by_length", "int32", ("V",), "token ids by byte length, longest first"),
+    # what the CPU kernels read besides (``gxg.ops.arena_tables`` rebuilds a grammar's host
+    # tables from the buffers above and these)
+    _arena("grammar_nodes", "int32", ("G",), "number of nodes of the grammar"),
+    _arena("grammar_generation", "int32", ("G",), "bumped by every register of the id"),
+    _arena("node_rule", "int32", ("N",), "local rule of the node"),
     # --- the kernels' scratch
     _scratch("work", "int32", ("B", "WORK", 3), "closure work list (node, parent, entry)"),
     _scratch("seen", "int32", ("B", "CLOSURE", 2), "closure visits (node, parent)"),

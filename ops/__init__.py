@@ -7,6 +7,8 @@ imported).
                      fill_and_sample): schemas, CPU and CUDA kernels, fake kernels
   reference.py       the CPU reference of the per-step ops on one ``RuntimeState`` slot (the
                      CPU kernels and ``GrammarMatcher`` run it; the CUDA kernels must equal it)
+  arena_tables.py    the CPU kernels' host tables, rebuilt from the arena tensors they receive
+                     (cached per arena and grammar generation)
   apply_bitmask.py   bitmask -> -inf logits on the CPU (the reference of the apply kernel)
   fill_triton.py     Triton kernel: the dense part of the next-token bitmask
   cuda_automaton.py  launchers of the CUDA C++ automaton kernels (csrc/automaton.cu: reset,

@@ -1,7 +1,9 @@
 """CPU reference implementation of the per-step ops on the shared ``RuntimeState`` layout.
 
 In:  a ``RuntimeState`` (``gxg.runtime``), one slot index, and a grammar's ``HostTables``
-     (automaton + kernel mask layout + vocabulary, as the device arena will hold them).
+     (automaton + kernel mask layout + ``HostVocabulary``): ``host_tables`` builds them from a
+     ``CompiledGrammar`` (``GrammarMatcher``), ``gxg.ops.arena_tables`` from the arena's tensors
+     (the CPU kernels of the ops).
 Out: the ops, each for one slot, mutating the state in place:
 
      reset(state, slot, tables)                  initial closure of the root
@@ -44,7 +46,8 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from typing import Callable, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -64,10 +67,53 @@ class StepFailed(Exception):
         self.code = int(code)
 
 
-class HostTables:
-    """One compiled grammar's tables, as Python lists where the byte loop reads them."""
+@dataclass(frozen=True, eq=False)
+class HostVocabulary:
+    """The vocabulary as the CPU ops read it, with its stop tokens (an arena's is shared by the
+    tables of all its grammars: ``gxg.ops.arena_tables``).
 
-    def __init__(self, automaton, layout, tokenizer_info, stop_token_ids,
+    vocab_size        int
+    token_bytes       uint8 [T]    the sorted vocabulary's bytes, concatenated
+    token_offsets     int64 [S+1]  sorted token i = token_bytes[off[i]:off[i+1]]
+    sorted_token_ids  int64 [S]    token id of sorted index i
+    bytes_by_id       bytes per id: what accepting the id consumes (ids past its end: padding)
+    is_stop           bool  [V]
+    special           bool  [V]    never accepted: empty non-stop tokens and padding
+    ids_by_length     int64 [V]    token ids by byte length, longest first
+    lengths_by_id     int64 [V]    byte length of each id (0 outside the sorted vocabulary)
+    """
+    vocab_size: int
+    token_bytes: np.ndarray
+    token_offsets: np.ndarray
+    sorted_token_ids: np.ndarray
+    bytes_by_id: Sequence[bytes]
+    is_stop: np.ndarray
+    special: np.ndarray
+    ids_by_length: np.ndarray
+    lengths_by_id: np.ndarray
+
+
+def tokenizer_vocabulary(tokenizer_info, stop_token_ids) -> HostVocabulary:
+    """The ``HostVocabulary`` of a ``TokenizerInfo`` with these stop tokens (they may differ
+    from the tokenizer's: a stop token is never special)."""
+    info = tokenizer_info
+    is_stop = np.zeros(info.vocab_size, dtype=bool)
+    is_stop[np.asarray(list(stop_token_ids), dtype=np.int64)] = True
+    special = np.zeros(info.vocab_size, dtype=bool)
+    special[np.asarray(info.special_token_ids, dtype=np.int64)] = True
+    return HostVocabulary(info.vocab_size, info.token_bytes, info.token_offsets,
+                          info.sorted_token_ids, info.decoded_vocab, is_stop, special & ~is_stop,
+                          info.ids_by_length, info.token_lengths_by_id)
+
+
+class HostTables:
+    """One compiled grammar's tables, as Python lists where the byte loop reads them.
+
+    ``automaton``: an ``Automaton`` or an object with the fields ``StackWalker`` reads;
+    ``layout``: a ``KernelMaskLayout``; ``completion``: its distances, computed on first use
+    (from ``automaton`` when not given)."""
+
+    def __init__(self, automaton, layout, vocabulary: HostVocabulary,
                  completion: Optional[Callable[[], CompletionDistances]] = None):
         a = automaton
         self.automaton = automaton
@@ -80,18 +126,15 @@ class HostTables:
         self.rule_start = a.rule_start.tolist()
         self.refs = [a.refs(n) for n in range(a.num_nodes)]
         self.root_start = int(a.rule_start[a.root_rule])
-        self.vocab_size = tokenizer_info.vocab_size
+        v = vocabulary
+        self.vocabulary = v
+        self.vocab_size = v.vocab_size
         self.words = bitmask_words(self.vocab_size)
-        self.decoded_vocab = tokenizer_info.decoded_vocab
-        self.sorted_token_ids = tokenizer_info.sorted_token_ids
-        self.stop_token_ids = np.asarray(sorted(set(stop_token_ids)), dtype=np.int64)
-        self.special = np.zeros(self.vocab_size, dtype=bool)
-        self.special[np.asarray(tokenizer_info.special_token_ids, dtype=np.int64)] = True
-        self.special[self.stop_token_ids] = False
-        self.is_stop = np.zeros(self.vocab_size, dtype=bool)
-        self.is_stop[self.stop_token_ids] = True
-        self._walk_args = (tokenizer_info.token_bytes, tokenizer_info.token_offsets)
-        self._tokenizer_info = tokenizer_info
+        self.decoded_vocab = v.bytes_by_id
+        self.sorted_token_ids = v.sorted_token_ids
+        self.stop_token_ids = np.flatnonzero(v.is_stop)
+        self.special = v.special
+        self.is_stop = v.is_stop
         self._walk: Optional[VocabularyWalk] = None
         # the compiled grammar's completion distances, computed on first use
         self._completion_of = completion or functools.lru_cache(maxsize=1)(
@@ -124,18 +167,19 @@ class HostTables:
         """(sorted index of each id, -1 for ids outside the sorted vocabulary; the ids by byte
         length, longest first; minus their lengths, ascending), int64 [V] each (cached)."""
         if self._token_of_id is None:
-            info = self._tokenizer_info
+            v = self.vocabulary
             sorted_index = np.full(self.vocab_size, -1, dtype=np.int64)
             sorted_index[self.sorted_token_ids] = np.arange(len(self.sorted_token_ids))
-            by_length = info.ids_by_length
-            self._token_of_id = (sorted_index, by_length, -info.token_lengths_by_id[by_length])
+            by_length = v.ids_by_length
+            self._token_of_id = (sorted_index, by_length, -v.lengths_by_id[by_length])
         return self._token_of_id
 
     def full_stack_walk(self) -> VocabularyWalk:
         """A cached walker over full stacks (a cache: rebuilt when it grows too large)."""
         if self._walk is None or len(self._walk.configs) > MAX_WALK_STATES:
             self._walk = VocabularyWalk(StackWalker(self.automaton, escape_bottom=False),
-                                        *self._walk_args)
+                                        self.vocabulary.token_bytes,
+                                        self.vocabulary.token_offsets)
         return self._walk
 
 
@@ -155,7 +199,7 @@ def host_tables(compiled, stop_token_ids: tuple) -> HostTables:
             # a weak reference: the value must not keep its own key alive
             grammar = weakref.ref(compiled)
             tables = HostTables(compiled.automaton, compiled.kernel_layout,
-                                compiled.tokenizer_info, stop_token_ids,
+                                tokenizer_vocabulary(compiled.tokenizer_info, stop_token_ids),
                                 completion=lambda: grammar().completion)
             per_stops[stop_token_ids] = tables
     return tables

@@ -2,20 +2,21 @@
 
 In:  ``runtime`` — the runtime tensors of a ``GrammarBatch`` in ``RUNTIME_FIELDS`` order (the
      layout's state and scratch buffers, ``gxg.layout``, then the pointer table); ``arena`` —
-     the ``DeviceArena`` buffers in ``ARENA_FIELDS`` order (the layout's arena group);
-     ``arena_id`` — which live arena the CPU kernels read their host tables from; and the
-     op's own arguments.
+     the ``DeviceArena`` buffers in ``ARENA_FIELDS`` order (the layout's arena group), all the
+     grammar tables both kernels read: the CUDA kernels through the pointer table, the CPU
+     kernels as host tables rebuilt from them (``gxg.ops.arena_tables``, cached per arena and
+     grammar generation); and the op's own arguments.
 Out: the ops below, each with fixed shapes, no host synchronisation and no allocation on the
      CUDA path except its output tensor, declared mutations, and an nvtx range:
 
-  xg::reset(runtime!, arena, arena_id, slots)                      slots: bool [B]
-  xg::accept_token(runtime!, arena, arena_id, token_ids) -> bool [B]
-  xg::rollback(runtime!, num_tokens) -> bool [B]                    False: history too short
-  xg::fill_next_token_bitmask(runtime!, arena, arena_id, bitmask!, remaining?)
+  xg::reset(runtime!, arena, slots)                    slots: bool [B]
+  xg::accept_token(runtime!, arena, token_ids) -> bool [B]
+  xg::rollback(runtime!, num_tokens) -> bool [B]       False: history too short
+  xg::fill_next_token_bitmask(runtime!, arena, bitmask!, remaining?)
   xg::apply_token_bitmask_inplace(logits!, bitmask, indices?)
-  xg::fill_and_apply(runtime!, arena, arena_id, logits!, bitmask!, remaining?)
-  xg::fill_and_sample(runtime!, arena, arena_id, logits, bitmask!, temperature, top_k, top_p,
-                      seed, offset!, vocab_size, remaining?) -> int64 [B]
+  xg::fill_and_apply(runtime!, arena, logits!, bitmask!, remaining?)
+  xg::fill_and_sample(runtime!, arena, logits, bitmask!, temperature, top_k, top_p, seed,
+                      offset!, vocab_size, remaining?) -> int64 [B]
 
 ``remaining`` (int32 [B], optional): a token budget per slot — the tokens it may still
 generate, this one included; -1 for none. Each fill then keeps only the tokens after which the
@@ -38,7 +39,7 @@ import torch
 
 from gxg import layout
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
-from gxg.ops import reference
+from gxg.ops import arena_tables, reference
 from gxg.ops.apply_bitmask import apply_arguments, apply_token_bitmask_inplace_cpu
 
 # The runtime list: the layout's state and scratch buffers in table order, then the pointer
@@ -76,24 +77,19 @@ def _host_state(runtime: List[torch.Tensor]) -> RuntimeState:
                                     [t.numpy() for t in runtime[:STATE_COUNT]])
 
 
-def _tables(arena_id: int, grammar: int):
-    from gxg.arena import LIVE_ARENAS
-    return LIVE_ARENAS[arena_id].host_tables(grammar)
-
-
 # ----------------------------------------------------------------------------- reset
 
 
 @torch.library.custom_op("xg::reset", mutates_args=("runtime",))
-def reset(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
-          slots: torch.Tensor) -> None:
+def reset(runtime: List[torch.Tensor], arena: List[torch.Tensor], slots: torch.Tensor) -> None:
     state = _host_state(runtime)
+    tables_of = arena_tables.lookup(arena)
     for slot in np.flatnonzero(slots.numpy()).tolist():
         grammar = int(state.grammar[slot])
         if grammar < 0:
             _clear(state, slot)
         else:
-            reference.reset(state, slot, _tables(arena_id, grammar))
+            reference.reset(state, slot, tables_of(grammar))
 
 
 def _clear(state: RuntimeState, slot: int) -> None:
@@ -103,7 +99,7 @@ def _clear(state: RuntimeState, slot: int) -> None:
 
 
 @reset.register_kernel("cuda")
-def _reset_cuda(runtime, arena, arena_id, slots):
+def _reset_cuda(runtime, arena, slots):
     from gxg.ops import cuda_automaton
     with _range("xg::reset"):
         # the kernels index their per-slot arguments densely: views (input_ids[:, -1]) are copied
@@ -111,7 +107,7 @@ def _reset_cuda(runtime, arena, arena_id, slots):
 
 
 @reset.register_fake
-def _(runtime, arena, arena_id, slots):
+def _(runtime, arena, slots):
     return None
 
 
@@ -119,19 +115,20 @@ def _(runtime, arena, arena_id, slots):
 
 
 @torch.library.custom_op("xg::accept_token", mutates_args=("runtime",))
-def accept_token(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
+def accept_token(runtime: List[torch.Tensor], arena: List[torch.Tensor],
                  token_ids: torch.Tensor) -> torch.Tensor:
     state = _host_state(runtime)
+    tables_of = arena_tables.lookup(arena)
     accepted = np.zeros(token_ids.shape[0], dtype=bool)
     for slot, token in enumerate(token_ids.tolist()):
         grammar = int(state.grammar[slot])
         accepted[slot] = True if grammar < 0 else reference.accept_token(
-            state, slot, _tables(arena_id, grammar), int(token))
+            state, slot, tables_of(grammar), int(token))
     return torch.from_numpy(accepted)
 
 
 @accept_token.register_kernel("cuda")
-def _accept_token_cuda(runtime, arena, arena_id, token_ids):
+def _accept_token_cuda(runtime, arena, token_ids):
     from gxg.ops import cuda_automaton
     with _range("xg::accept_token"):
         accepted = torch.empty(token_ids.shape[0], dtype=torch.bool, device=token_ids.device)
@@ -141,7 +138,7 @@ def _accept_token_cuda(runtime, arena, arena_id, token_ids):
 
 
 @accept_token.register_fake
-def _(runtime, arena, arena_id, token_ids):
+def _(runtime, arena, token_ids):
     return token_ids.new_empty(token_ids.shape[0], dtype=torch.bool)
 
 
@@ -181,10 +178,11 @@ def _(runtime, num_tokens):
 
 @torch.library.custom_op("xg::fill_next_token_bitmask", mutates_args=("runtime", "bitmask"))
 def fill_next_token_bitmask(runtime: List[torch.Tensor], arena: List[torch.Tensor],
-                            arena_id: int, bitmask: torch.Tensor,
+                            bitmask: torch.Tensor,
                             remaining: Optional[torch.Tensor] = None) -> None:
     _check_remaining(remaining, bitmask)
     state = _host_state(runtime)
+    tables_of = arena_tables.lookup(arena)
     rows = bitmask.numpy()
     budgets = None if remaining is None else remaining.tolist()
     for slot in range(bitmask.shape[0]):
@@ -192,7 +190,7 @@ def fill_next_token_bitmask(runtime: List[torch.Tensor], arena: List[torch.Tenso
         if grammar < 0:
             rows[slot] = -1
             continue
-        tables = _tables(arena_id, grammar)
+        tables = tables_of(grammar)
         reference.fill_next_token_bitmask(state, slot, tables, rows[slot])
         if budgets is not None:
             reference.restrict_to_budget(state, slot, tables, rows[slot], budgets[slot])
@@ -237,13 +235,13 @@ def _fill_cuda(runtime, arena, bitmask, remaining=None) -> None:
 
 
 @fill_next_token_bitmask.register_kernel("cuda")
-def _fill_next_token_bitmask_cuda(runtime, arena, arena_id, bitmask, remaining=None):
+def _fill_next_token_bitmask_cuda(runtime, arena, bitmask, remaining=None):
     with _range("xg::fill_next_token_bitmask"):
         _fill_cuda(runtime, arena, bitmask, remaining)
 
 
 @fill_next_token_bitmask.register_fake
-def _(runtime, arena, arena_id, bitmask, remaining=None):
+def _(runtime, arena, bitmask, remaining=None):
     return None
 
 
@@ -269,15 +267,15 @@ def _(logits, bitmask, indices=None):
 
 
 @torch.library.custom_op("xg::fill_and_apply", mutates_args=("runtime", "logits", "bitmask"))
-def fill_and_apply(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
+def fill_and_apply(runtime: List[torch.Tensor], arena: List[torch.Tensor],
                    logits: torch.Tensor, bitmask: torch.Tensor,
                    remaining: Optional[torch.Tensor] = None) -> None:
-    fill_next_token_bitmask(runtime, arena, arena_id, bitmask, remaining)
+    fill_next_token_bitmask(runtime, arena, bitmask, remaining)
     apply_token_bitmask_inplace_cpu(logits, bitmask)
 
 
 @fill_and_apply.register_kernel("cuda")
-def _fill_and_apply_cuda(runtime, arena, arena_id, logits, bitmask, remaining=None):
+def _fill_and_apply_cuda(runtime, arena, logits, bitmask, remaining=None):
     from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton
     with _range("xg::fill_and_apply"):
         apply_arguments(logits, bitmask, None, False)  # refused before anything runs
@@ -286,7 +284,7 @@ def _fill_and_apply_cuda(runtime, arena, arena_id, logits, bitmask, remaining=No
 
 
 @fill_and_apply.register_fake
-def _(runtime, arena, arena_id, logits, bitmask, remaining=None):
+def _(runtime, arena, logits, bitmask, remaining=None):
     return None
 
 
@@ -294,7 +292,7 @@ def _(runtime, arena, arena_id, logits, bitmask, remaining=None):
 
 
 @torch.library.custom_op("xg::fill_and_sample", mutates_args=("runtime", "bitmask", "offset"))
-def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor], arena_id: int,
+def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor],
                     logits: torch.Tensor, bitmask: torch.Tensor, temperature: torch.Tensor,
                     top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor,
                     offset: torch.Tensor, vocab_size: int,
@@ -309,7 +307,7 @@ def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor], aren
     Semantics: ``ops.reference.sample_masked``; kernel: ``ops/sample_triton.py``."""
     reference.check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset,
                                      vocab_size)
-    fill_next_token_bitmask(runtime, arena, arena_id, bitmask, remaining)
+    fill_next_token_bitmask(runtime, arena, bitmask, remaining)
     tokens = reference.sample_masked(logits, bitmask, temperature, top_k, top_p, seed, offset,
                                      vocab_size)
     offset += 1
@@ -317,7 +315,7 @@ def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor], aren
 
 
 @fill_and_sample.register_kernel("cuda")
-def _fill_and_sample_cuda(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p,
+def _fill_and_sample_cuda(runtime, arena, logits, bitmask, temperature, top_k, top_p,
                           seed, offset, vocab_size, remaining=None):
     from gxg.ops.sample_triton import sample_masked_triton
     reference.check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset,
@@ -331,7 +329,7 @@ def _fill_and_sample_cuda(runtime, arena, arena_id, logits, bitmask, temperature
 
 
 @fill_and_sample.register_fake
-def _(runtime, arena, arena_id, logits, bitmask, temperature, top_k, top_p, seed, offset,
+def _(runtime, arena, logits, bitmask, temperature, top_k, top_p, seed, offset,
       vocab_size, remaining=None):
     return logits.new_empty(logits.shape[0], dtype=torch.int64)
 

@@ -69,7 +69,7 @@ def measure(info, compiled, tokens, batch_size: int, reps: int) -> dict:
     for name, budget in (("none", None), ("loose", loose), ("tight", tight)):
         def fill(budget=budget):
             torch.ops.xg.fill_next_token_bitmask(batch.runtime, batch.arena.op_tensors(),
-                                                 batch.arena.arena_id, bitmask, budget)
+                                                 bitmask, budget)
         fill()  # compiles the kernels outside the capture
         row[f"{name}_us"] = graph_time(fill, replays=reps) * 1e6
         if name == "tight":  # every slot must keep some token (a completion fits)

@@ -5,9 +5,10 @@ Specification:
   ``gxg.ErrorCode``, ...) are the objects of the modules that define them; an unknown name
   raises AttributeError naming it;
 * ``import gxg`` does not import torch (it stays cheap for the CLI and the CPU compiler), yet
-  ``torch.ops.xg.*`` resolve with no second import, whether torch is imported before gxg or
-  after it; the hook that registers them after torch's import leaves torch's module spec as it
-  was and is gone once it ran;
+  ``torch.ops.xg.*`` resolve with no second import, whether torch is imported before gxg,
+  after it, or first by a gxg module (partly initialised while the ops register); the hook
+  that registers them after torch's import leaves torch's module spec as it was and is gone
+  once it ran;
 * a process without torch still compiles grammars with gxg, and a failure to register the ops
   is a warning, not a failed import.
 Each import-order case runs in a fresh interpreter (this process imported torch and gxg long
@@ -84,6 +85,13 @@ def test_import_gxg_does_not_import_torch_yet_ops_resolve_after_it(tmp_path):
 def test_ops_resolve_after_a_name_that_needs_torch(tmp_path):
     out = run_python(f"import gxg\ngxg.GrammarMatcher\nimport torch\n{RESOLVE_OPS}", tmp_path)
     assert "xg.fill_and_sample" in out
+
+
+@pytest.mark.parametrize("module", ["gxg.arena", "gxg.runtime", "gxg.batch"])
+def test_ops_resolve_when_a_gxg_module_imports_torch_first(tmp_path, module):
+    out = run_python(f"import warnings\nwarnings.simplefilter('error')\nimport {module}\n"
+                     f"import torch\n{RESOLVE_OPS}", tmp_path)
+    assert all(f"xg.{name}" in out for name in OP_NAMES)
 
 
 def test_without_torch_gxg_compiles_grammars(tmp_path):

@@ -414,7 +414,7 @@ def test_op_fake_kernel_and_compile(world):
         fake = [mode.from_tensor(t) for t in (logits, batch._bitmask) + args]
         out = xg.fill_and_sample([mode.from_tensor(t) for t in batch.runtime],
                                  [mode.from_tensor(t) for t in batch._arena_tensors],
-                                 batch.arena.arena_id, *fake, info.vocab_size)
+                                 *fake, info.vocab_size)
         assert out.shape == (batch.max_batch,) and out.dtype == torch.int64
 
     # torch.compile (aot_eager: the fake kernel, the mutations) on a warmed-up batch matches

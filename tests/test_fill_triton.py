@@ -28,7 +28,7 @@ pytest.importorskip("triton")
 
 from gxg.arena import ARENA_FIELDS, ArenaCapacity, DeviceArena  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
-from gxg.ops import reference  # noqa: E402
+from gxg.ops import arena_tables, reference  # noqa: E402
 from gxg.ops.fill_triton import (  # noqa: E402
     arena_field, fill_dense, state_field,
 )
@@ -98,7 +98,7 @@ class World:
         self.state = self._build_state()
 
     def tables(self, gid):
-        return self.arena.host_tables(gid)
+        return arena_tables.host_tables(self.arena.op_tensors(), gid)
 
     def layout(self, gid):
         return self.arena.compiled(gid).kernel_layout

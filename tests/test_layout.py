@@ -118,7 +118,7 @@ def test_bitmask_words(vocab_size, words):
 def test_the_compile_stage_does_not_import_the_runtime():
     """Data flows one way: the front ends and the compiler (stages 1-3) import nothing of the
     arena, the batch or the ops (the CPU ops' tables are built on the runtime side,
-    ``gxg.ops.reference.host_tables``)."""
+    ``gxg.ops.reference.host_tables``, ``gxg.ops.arena_tables``)."""
     root = Path(__file__).resolve().parent.parent / "gxg"
     stage = [root / "grammar_compiler.py", *sorted((root / "compiler").glob("*.py")),
              *sorted((root / "grammar").glob("*.py"))]

@@ -74,7 +74,7 @@ def op_arguments(batch: GrammarBatch, info, op: str, variant: str) -> tuple:
     device = batch.device
     bitmask = torch.zeros((3, (info.vocab_size + 31) // 32), dtype=torch.int32, device=device)
     logits = torch.randn(3, info.vocab_size, device=device)
-    state = (batch.runtime, batch.arena.op_tensors(), batch.arena.arena_id)
+    state = (batch.runtime, batch.arena.op_tensors())
     budget = (batch.token_budget,) if "budget" in variant else ()
     if op == "reset":
         return (*state, torch.tensor([True, False, True], device=device))

@@ -264,13 +264,13 @@ def test_ops_pass_opcheck_with_a_budget(zoo_compiled):
     xg = torch.ops.xg
     tests = ("test_schema", "test_faketensor")
     torch.library.opcheck(xg.fill_next_token_bitmask.default,
-                          (batch.runtime, arena, batch.arena.arena_id, bitmask,
-                           batch.token_budget), test_utils=tests)
+                          (batch.runtime, arena, bitmask, batch.token_budget),
+                          test_utils=tests)
     torch.library.opcheck(xg.fill_and_apply.default,
-                          (batch.runtime, arena, batch.arena.arena_id, logits, bitmask,
-                           batch.token_budget), test_utils=tests)
+                          (batch.runtime, arena, logits, bitmask, batch.token_budget),
+                          test_utils=tests)
     with pytest.raises(ValueError, match="remaining must be"):
-        xg.fill_next_token_bitmask(batch.runtime, arena, batch.arena.arena_id, bitmask,
+        xg.fill_next_token_bitmask(batch.runtime, arena, bitmask,
                                    batch.token_budget.to(torch.int64))
 
 

@@ -1,6 +1,10 @@
 """The PDA's moves on stacks written as tuples of nodes: the host-side reference semantics.
 
-In:  an ``Automaton`` (tables and semantics in ``gxg.compiler.automaton``).
+In:  an ``Automaton`` (tables and semantics in ``gxg.compiler.automaton``), or any object with
+     the fields a walk reads: ``byte_class``, ``next_node``, ``is_final``, ``is_scannable``,
+     ``is_pure_return``, ``node_rule``, ``rule_start``, ``refs(node)``, ``num_nodes`` and
+     ``rule_names`` (messages); the mask-cache mode also ``rule_lookahead``. (The CPU ops rebuild
+     such an object from the arena's tensors: ``gxg.ops.arena_tables``.)
 Out: ``StackWalker``, which closes and advances *configurations*: frozensets of elements
      ``(stack, escaped, lookahead)``:
 
@@ -63,7 +67,7 @@ class StackWalker:
         self._pure_return = a.is_pure_return.tolist()
         self._node_rule = a.node_rule.tolist()
         self._start = a.rule_start.tolist()
-        self._lookahead_rule = a.rule_lookahead.tolist()
+        self._lookahead_rule = a.rule_lookahead.tolist() if self.use_lookahead else None
         self._refs: List[List[Tuple[int, int]]] = [a.refs(n) for n in range(a.num_nodes)]
         callers: Dict[int, List[int]] = defaultdict(list)
         for node in range(a.num_nodes):
