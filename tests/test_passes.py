@@ -374,6 +374,18 @@ def test_remove_dead_rules_returns_clean_grammar_unchanged():
     assert remove_dead_rules(grammar) is grammar
 
 
+def test_remove_dead_rules_keeps_untouched_rules_as_they_are():
+    """Rules with nothing to prune come back as the same objects (no re-normalisation); a
+    pruned body is rebuilt in normal form."""
+    grammar = ebnf('root ::= a b\na ::= "x" ("y" | c) "z"\nb ::= "q"*\nc ::= "w" c\n'
+                   'unused ::= "u"')
+    result = remove_dead_rules(grammar)
+    by_name = {rule.name: rule for rule in grammar.rules}
+    assert [rule.name for rule in result.rules] == ["root", "a", "b"]
+    assert result.rules[0] is by_name["root"] and result.rules[2] is by_name["b"]
+    assert result.rules[1] == Rule("a", Literal(b"xyz"))
+
+
 def test_analyses_are_iterative_on_long_chains():
     n = 5000  # r0 ::= r1 "x", ..., a chain far deeper than Python's recursion limit
     rules = [Rule(f"r{i}", Sequence((RuleRef(f"r{i + 1}"), Literal(b"x")))) for i in range(n)]

@@ -610,15 +610,24 @@ def remove_dead_rules(grammar: Grammar) -> Grammar:
             if ref not in reachable:
                 reachable.add(ref)
                 pending.append(ref)
-    rules = tuple(Rule(rule.name, bodies[rule.name], lookaheads[rule.name])
+    # A rule whose body and lookahead came back as they were is kept as it is: building a
+    # Rule normalises its body, and doing that for every rule of every grammar on every call
+    # was most of this pass's time (profiling/RESULTS.md, compile time).
+    rules = tuple(rule if (bodies[rule.name] is rule.body
+                           and lookaheads[rule.name] is rule.lookahead)
+                  else Rule(rule.name, bodies[rule.name], lookaheads[rule.name])
                   for rule in grammar.rules if rule.name in reachable)
-    if rules == grammar.rules:
+    if len(rules) == len(grammar.rules) and all(a is b for a, b in zip(rules, grammar.rules)):
         return grammar
     return Grammar(rules, root)
 
 
 def _prune(expr: Expr, productive: Set[str]) -> Optional[Expr]:
-    """``expr`` without its non-productive parts; None when nothing productive is left."""
+    """``expr`` without its non-productive parts; None when nothing productive is left.
+
+    ``expr`` itself when nothing was pruned (so callers can tell by identity). A pruned
+    expression is not normalised here — ``Rule`` normalises its body once — because
+    normalising at every level made the pass quadratic in the nesting depth."""
     if isinstance(expr, Literal):
         return expr
     if isinstance(expr, CharClass):
@@ -627,14 +636,25 @@ def _prune(expr: Expr, productive: Set[str]) -> Optional[Expr]:
         return expr if expr.name in productive else None
     if isinstance(expr, Sequence):
         items = [_prune(item, productive) for item in expr.items]
-        return None if any(item is None for item in items) else normalize(Sequence(tuple(items)))
+        if any(item is None for item in items):
+            return None
+        if all(new is old for new, old in zip(items, expr.items)):
+            return expr
+        return Sequence(tuple(items))
     if isinstance(expr, Choice):
-        return _choice(_prune(alt, productive) for alt in expr.alternatives)
+        alternatives = [_prune(alt, productive) for alt in expr.alternatives]
+        present = [alt for alt in alternatives if alt is not None]
+        if not present:
+            return None
+        if len(present) == len(expr.alternatives) and \
+                all(new is old for new, old in zip(present, expr.alternatives)):
+            return expr
+        return present[0] if len(present) == 1 else Choice(tuple(present))
     if isinstance(expr, Repeat):
         inner = _prune(expr.expr, productive)
         if inner is None:  # only zero iterations are possible
             return Literal(b"") if expr.min == 0 else None
-        return normalize(Repeat(inner, expr.min, expr.max))
+        return expr if inner is expr.expr else Repeat(inner, expr.min, expr.max)
     raise TypeError(f"not a grammar expression: {expr!r}")
 
 
