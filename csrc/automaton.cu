@@ -1,8 +1,9 @@
 // Automaton walks of gxg's runtime on the GPU: accept, reset, rollback, uncertain-token check.
 //
-// In:  a pointer table (P_* indices) to every buffer gxg/layout.py declares — the runtime state,
-//      the DeviceArena's buffers and the kernels' scratch — plus the per-launch arguments
-//      (token ids, rollback counts, the bitmask, token budgets).
+// In:  a pointer table (P_* indices; byte 0 of the runtime blob, gxg/blobs.py) to every buffer
+//      gxg/layout.py declares — the runtime state, the DeviceArena's buffers and the kernels'
+//      scratch — plus the per-launch arguments (token ids, rollback counts, the bitmask, token
+//      budgets).
 // Out: the state advanced exactly as ops/reference.py advances it, entry for entry: the same
 //      moves in the same order (scan every top, close the new stacks with a LIFO work list in
 //      seed order, one visit per (node, parent), pool entries reused or appended, window
@@ -38,14 +39,15 @@
 //                  distance of the slot's stacks), so the tokens to walk are those longer than
 //                  (remaining - 1 - D) / max_rise: a prefix of P_IDS_BY_LENGTH (ids by byte
 //                  length, longest first), found by binary search. Writes its length to
-//                  ``plan[b]`` (0: nothing to walk; every id when no bound holds).
+//                  ``plan[b]`` (P_BUDGET_PLAN; 0: nothing to walk; every id when no bound
+//                  holds).
 //   xg_budget      grid (blocks_per_slot, B) x 256: the plan's prefix strided over the slot's
 //                  threads (a block past it returns at once: a loose budget costs one read per
 //                  block). A visited allowed non-stop token is walked from every top (a small
 //                  local room first, BUDGET_STACKS x BUDGET_DEPTH when it outgrows that); when
 //                  no stack it leaves is within remaining - 1 bytes of completion its bit is
-//                  set in ``drop`` (atomicOr). Near the end of a budget: one walk per allowed
-//                  token.
+//                  set in ``drop`` (P_BUDGET_DROP, atomicOr). Near the end of a budget: one
+//                  walk per allowed token.
 //   xg_budget_apply  grid B x 256: for a slot whose plan walked tokens, if row & ~drop keeps
 //                  some token the row becomes that; otherwise (no completion fits) the row
 //                  stays as it was. Zeroes the slot's ``drop`` row for the next fill (~3 x W
@@ -736,8 +738,8 @@ __device__ __forceinline__ bool budget_active(const u64* t, int b, const int* re
          !ptr<signed char>(t, P_TERMINATED)[b] && !ptr<int>(t, P_ERROR)[b];
 }
 
-extern "C" __global__ void xg_budget_plan(const u64* t, int B, const int* remaining,
-                                          int* plan) {
+extern "C" __global__ void xg_budget_plan(const u64* t, int B, const int* remaining) {
+  int* plan = ptr<int>(t, P_BUDGET_PLAN);
   int b = blockIdx.x;
   if (b >= B) return;
   __shared__ unsigned long long largest;  // D: the largest distance of the slot's stacks
@@ -778,7 +780,9 @@ extern "C" __global__ void xg_budget_plan(const u64* t, int B, const int* remain
 }
 
 extern "C" __global__ void xg_budget(const u64* t, int B, const int* bitmask, int words,
-                                     const int* remaining, const int* plan, int* drop) {
+                                     const int* remaining) {
+  const int* plan = ptr<const int>(t, P_BUDGET_PLAN);
+  int* drop = ptr<int>(t, P_BUDGET_DROP);
   int b = blockIdx.y;
   if (b >= B) return;
   int todo = plan[b];
@@ -802,8 +806,9 @@ extern "C" __global__ void xg_budget(const u64* t, int B, const int* bitmask, in
   }
 }
 
-extern "C" __global__ void xg_budget_apply(int B, int* bitmask, int words, const int* plan,
-                                           int* drop) {
+extern "C" __global__ void xg_budget_apply(const u64* t, int B, int* bitmask, int words) {
+  const int* plan = ptr<const int>(t, P_BUDGET_PLAN);
+  int* drop = ptr<int>(t, P_BUDGET_DROP);
   int b = blockIdx.x;
   if (b >= B || plan[b] == 0) return;  // nothing was walked, so nothing was dropped
   int* row = bitmask + (size_t)b * words;

@@ -2,9 +2,10 @@
 (stage 4 of the pipeline).
 
 In:  ``CompiledGrammar``s of one ``TokenizerInfo`` (``register`` / ``unregister``).
-Out: flat tensors on one device whose addresses never change (graphs captured earlier stay
-     valid), and a handle (grammar id) per registered grammar. Node ids in the runtime state
-     are *local* to a grammar (the CPU reference and the kernels hold the same numbers); a
+Out: one byte tensor on one device (``blob``, the ops' ``arena``; W rows) whose buffers — flat
+     views, attributes of the arena — never move (graphs captured earlier stay valid), and a
+     handle (grammar id) per registered grammar. Node ids in the runtime state are *local* to
+     a grammar (the CPU reference and the kernels hold the same numbers); a
      kernel adds ``grammar_node_base[g]`` to index the per-node tables.
 
 Buffers (names, dtypes and order declared in ``gxg.layout``, group "arena"; ``G`` grammar
@@ -66,15 +67,15 @@ from typing import Dict, List, Tuple
 import numpy as np
 import torch
 
-from gxg import layout
+from gxg import blobs, layout
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.layout import NodeFlag
 from gxg.tokenizer import TokenizerInfo
 
-# The arena tensors in the order the ops receive them (``DeviceArena.op_tensors()``): the
-# layout's "arena" group.
+# The arena's buffers in table order (the layout's "arena" group), packed in that order into the
+# blob the ops receive (``DeviceArena.op_tensors()``).
 ARENA_FIELDS = tuple(layout.names("arena"))
-# Buffers built from the vocabulary (``_build_vocabulary``); the others are sized by the
+# Buffers built from the vocabulary (``_vocabulary_arrays``); the others are sized by the
 # capacity and filled by ``register``. Empty entries of these start at FILL (else 0).
 VOCABULARY_FIELDS = ("token_bytes", "token_offsets", "sorted_token_ids", "id_offsets",
                      "id_bytes", "is_stop", "stop_words", "ids_by_length")
@@ -191,7 +192,7 @@ class DeviceArena:
         self.capacity = capacity
         self.vocab_size = tokenizer_info.vocab_size
         self.words = layout.bitmask_words(self.vocab_size)
-        self._build_vocabulary()
+        vocabulary = self._vocabulary_arrays()
         c = capacity
         g, n = c.max_grammars, c.nodes
         self._alloc = {
@@ -204,25 +205,29 @@ class DeviceArena:
             "pair_acc": _Ranges("pair_acc", c.pair_tokens, 4),
             "pair_unc": _Ranges("pair_unc", c.pair_tokens, 4),
         }
-        dims = {"G": g, "N": n, "X": c.next_entries, "E": c.ref_edges, "R": c.accept_rows,
-                "W": self.words, "U": c.uncertain_tokens, "Q": c.pairs, "A": c.pair_tokens}
-        for name in ARENA_FIELDS:
-            if name not in VOCABULARY_FIELDS:
-                setattr(self, name, torch.full(layout.shape_of(name, dims), FILL.get(name, 0),
-                                               dtype=getattr(torch, layout.buffer(name).dtype),
-                                               device=self.device))
+        #: The arena's dimension values (``gxg.layout.DIMS``; a batch adds its own).
+        self.dims = {"G": g, "N": n, "X": c.next_entries, "E": c.ref_edges, "R": c.accept_rows,
+                     "W": self.words, "U": c.uncertain_tokens, "Q": c.pairs,
+                     "A": c.pair_tokens, "V": self.vocab_size,
+                     "S": len(vocabulary["sorted_token_ids"]),
+                     "T": len(vocabulary["token_bytes"]), "T_ID": len(vocabulary["id_bytes"])}
+        # One byte tensor holds every buffer (the ops' ``arena``; W rows, so an op reads the
+        # bitmask width from its shape); each buffer is an attribute viewing into it.
+        self.blob, views = blobs.allocate("arena", self.dims, self.device, rows=self.words)
+        for name, view in views.items():
+            if name in vocabulary:
+                view.copy_(torch.tensor(vocabulary[name]))
+            elif name in FILL:
+                view.fill_(FILL[name])
+            setattr(self, name, view)
         self._free_ids = list(range(g))
         self._registered: Dict[int, _Registration] = {}
         self._by_compiled: Dict[int, int] = {}
 
     # ------------------------------------------------------------------ vocabulary
-    def _build_vocabulary(self) -> None:
-        info, dev = self.tokenizer_info, self.device
-        self.token_bytes = torch.from_numpy(np.array(info.token_bytes, dtype=np.uint8)).to(dev)
-        if self.token_bytes.numel() == 0:
-            self.token_bytes = torch.zeros(1, dtype=torch.uint8, device=dev)
-        self.token_offsets = torch.from_numpy(info.token_offsets.astype(np.int32)).to(dev)
-        self.sorted_token_ids = torch.from_numpy(info.sorted_token_ids.astype(np.int32)).to(dev)
+    def _vocabulary_arrays(self) -> Dict[str, np.ndarray]:
+        """The buffers built from the vocabulary, in their declared dtypes."""
+        info = self.tokenizer_info
         special = set(info.special_token_ids)
         stops = set(info.stop_token_ids)
         decoded = info.decoded_vocab
@@ -232,22 +237,21 @@ class DeviceArena:
         offsets = np.zeros(self.vocab_size + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         data = np.frombuffer(b"".join(pieces), dtype=np.uint8)
-        self.id_offsets = torch.from_numpy(offsets.astype(np.int32)).to(dev)
-        self.ids_by_length = torch.from_numpy(info.ids_by_length.astype(np.int32)).to(dev)
-        self.id_bytes = torch.from_numpy(data.copy() if len(data) else
-                                         np.zeros(1, np.uint8)).to(dev)
+        token_bytes = np.array(info.token_bytes, dtype=np.uint8)
         is_stop = np.zeros(self.vocab_size, dtype=np.int8)
         is_stop[list(stops)] = 1
-        self.is_stop = torch.from_numpy(is_stop).to(dev)
         stop_words = np.zeros(self.words, dtype=np.uint32)
         for t in stops:
             stop_words[t >> 5] |= np.uint32(1 << (t & 31))
-        self.stop_words = torch.from_numpy(stop_words.view(np.int32)).to(dev)
-        for name in VOCABULARY_FIELDS:  # built from data: held to the declared dtypes
-            declared = getattr(torch, layout.buffer(name).dtype)
-            if getattr(self, name).dtype != declared:
-                raise AssertionError(f"arena buffer {name} is {getattr(self, name).dtype}, "
-                                     f"gxg.layout declares {declared}")
+        arrays = {"token_bytes": token_bytes if len(token_bytes) else np.zeros(1, np.uint8),
+                  "token_offsets": info.token_offsets,
+                  "sorted_token_ids": info.sorted_token_ids,
+                  "id_offsets": offsets, "ids_by_length": info.ids_by_length,
+                  "id_bytes": data.copy() if len(data) else np.zeros(1, np.uint8),
+                  "is_stop": is_stop, "stop_words": stop_words.view(np.int32)}
+        assert set(arrays) == set(VOCABULARY_FIELDS)
+        return {name: np.ascontiguousarray(value, dtype=layout.buffer(name).dtype)
+                for name, value in arrays.items()}
 
     # ------------------------------------------------------------------ registration
     def register(self, compiled: CompiledGrammar) -> int:
@@ -354,17 +358,17 @@ class DeviceArena:
 
     def memory_bytes(self) -> Dict[str, int]:
         """Bytes allocated on the device per buffer, and in use by registered grammars."""
-        allocated = sum(t.numel() * t.element_size() for t in self.tensors().values())
+        allocated = self.blob.numel()
         used = sum(r.nbytes for r in self._registered.values())
         return {"allocated": int(allocated), "used_by_grammars": int(used)}
 
-    def op_tensors(self) -> List[torch.Tensor]:
-        """The buffers in ``ARENA_FIELDS`` order."""
-        return [getattr(self, name) for name in ARENA_FIELDS]
+    def op_tensors(self) -> torch.Tensor:
+        """The ops' ``arena``: the byte tensor that holds every buffer."""
+        return self.blob
 
     def tensors(self) -> Dict[str, torch.Tensor]:
-        return {name: value for name, value in self.__dict__.items()
-                if isinstance(value, torch.Tensor)}
+        """The buffers by name (views of ``blob``)."""
+        return {name: getattr(self, name) for name in ARENA_FIELDS}
 
     @property
     def registered_ids(self) -> List[int]:

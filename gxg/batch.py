@@ -33,7 +33,7 @@ from typing import Iterable, Optional, Union
 import numpy as np
 import torch
 
-from gxg import layout
+from gxg import blobs, layout
 from gxg.ops import xg_ops  # registers torch.ops.xg
 from gxg.arena import ArenaCapacity, DeviceArena
 from gxg.grammar_compiler import CompiledGrammar
@@ -62,7 +62,6 @@ class GrammarBatch:
         host = RuntimeState.allocate(max_batch, limits)
         host.grammar[:] = -1
         dev = self.device
-        state = [torch.from_numpy(array).to(dev) for array in host.arrays()]
         b = max_batch
         i32 = dict(dtype=torch.int32, device=dev)
         words = layout.bitmask_words(self.vocab_size)
@@ -72,21 +71,26 @@ class GrammarBatch:
         if dev.type == "cuda":
             from gxg.ops.cuda_automaton import wide_sizes
             space_bytes, queue_ints, _ = wide_sizes(dev)
-        dims = dict(limits.dims(b), W=words, WIDE_QUEUE=queue_ints,
+        dims = dict(self.arena.dims, **limits.dims(b), WIDE_QUEUE=queue_ints,
                     WIDE_SPACE=(space_bytes + 3) // 4)
-        scratch = [torch.zeros(layout.shape_of(name, dims),
-                               dtype=getattr(torch, layout.buffer(name).dtype), device=dev)
-                   for name in layout.names("scratch")]
-        scratch[layout.names("scratch").index("limits")].copy_(
-            torch.tensor(limits.row(self.vocab_size), dtype=torch.int32))
-        arena = self.arena.op_tensors()
+        # The ops' ``runtime``: one byte tensor of B rows (an op reads B from its shape) with
+        # the header (pointer table at byte 0, the dimension values), the state and the
+        # scratch; ``_field`` and ``_views`` are views of it.
+        self.runtime, views = blobs.allocate("runtime", dims, dev, rows=b)
+        for name, array in zip(RuntimeState.FIELDS, host.arrays()):
+            views[name].copy_(torch.from_numpy(array))
+        views["limits"].copy_(torch.tensor(limits.row(self.vocab_size), dtype=torch.int32))
+        arena_views = self.arena.tensors()
         # Device addresses of every buffer, in the layout's order (csrc/automaton.cu, P_*).
-        addresses = [t.data_ptr() for t in state + arena + scratch]
-        table = torch.tensor(addresses, dtype=torch.int64, device=dev)
-        self._state = state
-        self.runtime = state + scratch + [table]
-        self._arena_tensors = arena
-        self._field = {name: t for name, t in zip(RuntimeState.FIELDS, state)}
+        views["pointer_table"].copy_(torch.tensor(
+            [(views.get(buf.name) if buf.name in views else arena_views[buf.name]).data_ptr()
+             for buf in layout.BUFFERS], dtype=torch.int64))
+        views["dims"].copy_(torch.tensor(
+            [dict(dims, NB=len(layout.BUFFERS), ND=len(layout.DIMS))[d] for d in layout.DIMS],
+            dtype=torch.int64))
+        self._views = views
+        self._arena_tensors = self.arena.op_tensors()
+        self._field = {name: views[name] for name in RuntimeState.FIELDS}
         self._bitmask = torch.empty((b, words), **i32)
         # Token budgets: the tokens each slot may still generate, this step's included (-1:
         # none), and what ``reset`` restores. The fills take ``token_budget`` only once some
@@ -326,7 +330,16 @@ class GrammarBatch:
     def host_state(self) -> RuntimeState:
         """A host copy of the whole state (a device read: not for the step loop)."""
         return RuntimeState.from_arrays(self.limits,
-                                        [t.cpu().numpy().copy() for t in self._state])
+                                        [self._field[name].cpu().numpy().copy()
+                                         for name in RuntimeState.FIELDS])
+
+    def load_state(self, state: RuntimeState) -> None:
+        """Overwrite the whole state with ``state`` (same max_batch and limits; a host write:
+        between steps only). ``host_state()`` reads it back."""
+        if state.limits != self.limits or state.batch_size != self.max_batch:
+            raise ValueError("the state's limits or batch size differ from the batch's")
+        for name in RuntimeState.FIELDS:
+            self._field[name].copy_(torch.from_numpy(np.ascontiguousarray(getattr(state, name))))
 
     def to_matcher(self, slot: int):
         """A CPU ``GrammarMatcher`` holding a copy of slot ``slot``'s state."""

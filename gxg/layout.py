@@ -3,12 +3,15 @@ constant Python and CUDA share.
 
 In:  nothing (this is the declaration).
 Out: ``BUFFERS``: one ordered table of ``Buffer(name, group, dtype, dims, doc)``. The groups:
+       * ``header``  the pointer table (the device address of every buffer, in table order:
+                     the kernels' ``P_<NAME>``) and the dimension values (``DIMS``),
        * ``state``   the runtime state of a batch (``gxg.runtime.RuntimeState``, one row per slot),
        * ``arena``   the compiled grammars packed into fixed buffers (``gxg.arena.DeviceArena``),
        * ``scratch`` the kernels' working buffers (``gxg.batch.GrammarBatch`` allocates them).
-     Their order is the order of the pointer table the CUDA kernels index (``P_<NAME>``), and
-     of the lists the ops receive (``runtime`` = state + scratch, then the pointer table;
-     ``arena``).
+     ``BLOBS``: the groups are packed into two byte tensors, the ops' ``runtime`` (header,
+     state, scratch: the pointer table at byte 0) and ``arena``; ``blob_layout`` gives each
+     buffer's byte offset (``ALIGNMENT``-aligned, in table order) for given dimension values,
+     so a blob is read back from its header alone (``gxg.blobs``).
      ``NodeFlag``, ``ErrorCode``, ``LIMITS_ROW`` (the int32 row of runtime limits the kernels
      read), ``KERNEL_CONSTANTS`` (launch shapes shared by the launchers and the kernels).
      ``cuda_header()``: the C preprocessor text that csrc/automaton.cu is compiled with
@@ -21,7 +24,7 @@ Dimension symbols in ``dims`` (sizes fixed when a batch or arena is made):
   edges, R accept rows, U uncertain tokens, Q context pairs, A pair tokens, S sorted tokens,
   T / T_ID token bytes (sorted / by id), V vocab_size, W = ceil(V / 32) bitmask words,
   WIDE_QUEUE / WIDE_SPACE the wide walk's queue and stacks (sized by the compiled kernels),
-  and plain numbers.
+  NB buffers, ND dimension symbols, and plain numbers.
 """
 from __future__ import annotations
 
@@ -29,11 +32,23 @@ import enum
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-__all__ = ["Buffer", "BUFFERS", "GROUPS", "NodeFlag", "ErrorCode", "LIMITS_ROW",
-           "KERNEL_CONSTANTS", "names", "buffer", "pointer_index", "shape_of", "cuda_header",
-           "bitmask_words"]
+__all__ = ["Buffer", "BUFFERS", "GROUPS", "BLOBS", "DIMS", "ALIGNMENT", "NodeFlag", "ErrorCode",
+           "LIMITS_ROW", "KERNEL_CONSTANTS", "names", "buffer", "pointer_index", "shape_of",
+           "blob_layout", "blob_names", "cuda_header", "bitmask_words"]
 
-GROUPS = ("state", "arena", "scratch")
+GROUPS = ("header", "state", "arena", "scratch")
+
+#: The byte tensors the ops receive, and the groups each packs, in order.
+BLOBS = {"runtime": ("header", "state", "scratch"), "arena": ("arena",)}
+
+#: Every dimension symbol the shapes below use (the header's ``dims`` row, in this order).
+DIMS = ("B", "P", "K", "H", "WORK", "CLOSURE", "W", "WIDE_QUEUE", "WIDE_SPACE", "G", "N", "X",
+        "E", "R", "U", "Q", "A", "S", "T", "T_ID", "V", "NB", "ND")
+
+#: Byte alignment of every buffer in its blob (and of the blobs themselves).
+ALIGNMENT = 256
+
+DTYPE_BYTES = {"int64": 8, "int32": 4, "int8": 1, "uint8": 1}
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,10 @@ class Buffer:
     dtype: str              # a numpy / torch dtype name: int32, int8, uint8
     dims: Tuple[object, ...]
     doc: str = ""
+
+
+def _header(name, dtype, dims, doc=""):
+    return Buffer(name, "header", dtype, dims, doc)
 
 
 def _state(name, dtype, dims, doc=""):
@@ -58,6 +77,9 @@ def _scratch(name, dtype, dims, doc=""):
 
 
 BUFFERS: Tuple[Buffer, ...] = (
+    # --- the runtime blob's header (byte 0: the kernels get this address)
+    _header("pointer_table", "int64", ("NB",), "device address of every buffer, table order"),
+    _header("dims", "int64", ("ND",), "the value of each symbol of DIMS"),
     # --- runtime state (gxg/runtime.py documents the semantics)
     _state("pool_node", "int32", ("B", "P"), "persistent stack pool: entry -> node"),
     _state("pool_parent", "int32", ("B", "P"), "entry -> parent entry (-1: bottom)"),
@@ -188,6 +210,28 @@ def shape_of(name: str, dims: Dict[str, int]) -> Tuple[int, ...]:
         else:
             out.append(dims[dim])
     return tuple(out)
+
+
+def blob_names(blob: str) -> List[str]:
+    """The buffers packed into ``blob`` ("runtime" or "arena"), in table order."""
+    return [b.name for b in BUFFERS if b.group in BLOBS[blob]]
+
+
+def blob_layout(blob: str, dims: Dict[str, int]) -> Tuple[Dict[str, int], int]:
+    """Byte offset of each buffer of ``blob`` and the blob's size, for these dimension values
+    (``NB`` and ``ND`` are filled in): the buffers in table order, each at the next multiple of
+    ALIGNMENT."""
+    dims = dict(dims, NB=len(BUFFERS), ND=len(DIMS))
+    offsets: Dict[str, int] = {}
+    end = 0
+    for name in blob_names(blob):
+        start = -(-end // ALIGNMENT) * ALIGNMENT
+        offsets[name] = start
+        count = 1
+        for size in shape_of(name, dims):
+            count *= size
+        end = start + count * DTYPE_BYTES[_BY_NAME[name].dtype]
+    return offsets, -(-end // ALIGNMENT) * ALIGNMENT
 
 
 def bitmask_words(vocab_size: int) -> int:

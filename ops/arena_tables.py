@@ -1,9 +1,10 @@
-"""The CPU kernels' host tables, rebuilt from the arena tensors the ops receive.
+"""The CPU kernels' host tables, rebuilt from the arena blob the ops receive.
 
-In:  ``arena`` — a ``DeviceArena``'s buffers in ``ARENA_FIELDS`` order (the layout's arena
-     group, as ``gxg.arena``), and a grammar id ``g`` registered there.
-Out: ``lookup(arena)`` -> a function ``g -> HostTables`` (``ops.reference``) for one op call;
-     ``host_tables(arena, g)``, the same for one grammar.
+In:  ``arena`` — a ``DeviceArena``'s blob (``gxg.blobs``: every buffer of the layout's arena
+     group), its dimension values (the runtime blob's header holds them), and a grammar id
+     ``g`` registered there.
+Out: ``lookup(arena, dims)`` -> a function ``g -> HostTables`` (``ops.reference``) for one op
+     call; ``host_tables(arena, dims, g)``, the same for one grammar.
 
 Everything the reference reads comes from those tensors (no registry of live arenas):
   * the automaton: ``ArenaAutomaton``, the ``Automaton`` fields the byte loop and the
@@ -15,36 +16,30 @@ Everything the reference reads comes from those tensors (no registry of live are
     vocabulary, bytes by id, ``is_stop`` (special: empty bytes and not a stop), ids by length.
 
 Building them costs milliseconds (the byte loop's Python lists, the vocabulary's arrays), so
-they are cached (``_CACHE``): per arena, keyed on the identity of its ``grammar_generation``
-tensor (weakly: a dropped arena drops its entry); per grammar id, the tables and the generation
-they were built at. ``DeviceArena.register`` bumps ``grammar_generation[g]``, so a grammar
-registered at an id an earlier one had never gets the earlier one's tables. The cached
+they are cached (``_CACHE``): per arena, keyed on the identity of its blob (weakly: a dropped
+arena drops its entry; the values hold copies, never the blob); per grammar id, the tables and
+the generation they were built at. ``DeviceArena.register`` bumps ``grammar_generation[g]``, so
+a grammar registered at an id an earlier one had never gets the earlier one's tables. The cached
 ``HostTables`` keep their own walk caches (uncertain tokens per stack, the vocabulary walk)
-across steps. The tensors may live on any device; they are read to the host when tables are
-built, and ``grammar_generation`` at every lookup (the CPU kernels' tensors are on the CPU).
+across steps. The blob may live on any device; it is read to the host when tables are
+built, and ``grammar_generation`` at every lookup (the CPU kernels' blobs are on the CPU).
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Callable, Dict, Tuple
 
 import numpy as np
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from gxg import layout
+from gxg import blobs, layout
 from gxg.compiler.automaton import Automaton
 from gxg.compiler.completion import CompletionDistances
 from gxg.compiler.mask_cache import KernelMaskLayout
 from gxg.layout import NodeFlag
 from gxg.ops.reference import HostTables, HostVocabulary
-
-# The order the ops receive the arena in (``gxg.arena.ARENA_FIELDS``; not imported from there:
-# importing torch imports the ops, and gxg.arena may be the module importing torch).
-ARENA_FIELDS = tuple(layout.names("arena"))
-GENERATION_INDEX = ARENA_FIELDS.index("grammar_generation")
-
 
 @dataclass(frozen=True, eq=False)
 class ArenaAutomaton:
@@ -73,9 +68,9 @@ class ArenaAutomaton:
         return tuple(f"rule {r}" for r in range(len(self.rule_start)))
 
 
-def _arrays(arena: Sequence[torch.Tensor]) -> Dict[str, np.ndarray]:
-    """The buffers by name, as host arrays (views of CPU tensors: copy what is kept)."""
-    return {name: t.detach().cpu().numpy() for name, t in zip(ARENA_FIELDS, arena)}
+def _arrays(arena: torch.Tensor, dims: Dict[str, int]) -> Dict[str, np.ndarray]:
+    """The buffers by name, as host arrays (views of a CPU blob: copy what is kept)."""
+    return blobs.numpy_views(arena.detach().cpu().numpy(), "arena", dims)
 
 
 def _nodes(b: Dict[str, np.ndarray], g: int) -> slice:
@@ -186,11 +181,15 @@ _CACHE: WeakIdKeyDictionary = WeakIdKeyDictionary()
 _LOCK = threading.Lock()
 
 
-def lookup(arena: Sequence[torch.Tensor]) -> Callable[[int], HostTables]:
+def lookup(arena: torch.Tensor, dims: Dict[str, int]) -> Callable[[int], HostTables]:
     """A function from grammar id to its current tables, for one op call (it reads the
-    generations once)."""
-    key = arena[GENERATION_INDEX]
-    generations = key.detach().cpu().numpy()
+    generations once). ``arena``: the arena blob; ``dims``: its dimension values (the runtime
+    blob's header holds them)."""
+    key = arena
+    offsets, _ = layout.blob_layout("arena", dims)
+    start = offsets["grammar_generation"]
+    generations = arena.detach().reshape(-1)[start: start + 4 * dims["G"]].cpu().numpy() \
+        .view(np.int32)
     with _LOCK:
         entry = _CACHE.get(key)
         if entry is None:
@@ -201,25 +200,25 @@ def lookup(arena: Sequence[torch.Tensor]) -> Callable[[int], HostTables]:
         known = entry.grammars.get(g)
         if known is None or known[0] != generation:
             with _LOCK:
-                known = _current(entry, arena, g, generation)
+                known = _current(entry, arena, dims, g, generation)
         return known[1]
 
     return tables
 
 
-def _current(entry: _ArenaEntry, arena: Sequence[torch.Tensor], g: int, generation: int
-             ) -> Tuple[int, HostTables]:
+def _current(entry: _ArenaEntry, arena: torch.Tensor, dims: Dict[str, int], g: int,
+             generation: int) -> Tuple[int, HostTables]:
     """(generation, tables) of grammar ``g`` at ``generation``, built unless another thread
     just did (under ``_LOCK``); replaces the tables of an earlier generation."""
     known = entry.grammars.get(g)
     if known is None or known[0] != generation:
-        b = _arrays(arena)
+        b = _arrays(arena, dims)
         if entry.vocabulary is None:
             entry.vocabulary = vocabulary_of(b)
         known = entry.grammars[g] = (generation, build_host_tables(b, g, entry.vocabulary))
     return known
 
 
-def host_tables(arena: Sequence[torch.Tensor], g: int) -> HostTables:
+def host_tables(arena: torch.Tensor, dims: Dict[str, int], g: int) -> HostTables:
     """The current tables of grammar ``g`` of this arena (cached as ``lookup``)."""
-    return lookup(arena)(g)
+    return lookup(arena, dims)(g)

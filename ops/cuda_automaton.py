@@ -1,9 +1,10 @@
 """Launchers of the CUDA C++ automaton kernels (csrc/automaton.cu), compiled at run time with
 NVRTC through CuPy.
 
-In:  the ops' tensors on a CUDA device: the pointer table (int64 device addresses of every
-     buffer ``gxg.layout`` declares, in its order: the kernels' P_* indices, generated from the
-     same table) and the per-launch arguments.
+In:  the ops' tensors on a CUDA device: the runtime blob (``gxg.blobs``), whose byte 0 is the
+     pointer table (int64 device addresses of every buffer ``gxg.layout`` declares, in its
+     order: the kernels' P_* indices, generated from the same table), and the per-launch
+     arguments.
 Out: kernels launched on torch's current stream (so they are captured into CUDA graphs with the
      rest of the step); nothing is read back to the host.
 
@@ -144,24 +145,23 @@ BUDGET_THREADS = layout.KERNEL_CONSTANTS["BUDGET_THREADS"]
 BUDGET_THREADS_PER_BATCH = 2048 * BUDGET_THREADS  # xg_budget's threads over all slots, at least
 
 
-def budget(table: torch.Tensor, bitmask: torch.Tensor, remaining: torch.Tensor,
-           plan: torch.Tensor, drop: torch.Tensor) -> None:
+def budget(table: torch.Tensor, bitmask: torch.Tensor, remaining: torch.Tensor) -> None:
     """The token budget after a fill: xg_budget_plan counts per slot the tokens that need a walk
-    (``plan`` [B]), xg_budget walks them and marks in ``drop`` [B, W] (zero between fills) those
-    that leave no completion within the slot's budget, xg_budget_apply removes them from the
-    rows where some token is left and zeroes ``drop``. A slot gets enough blocks that the whole
-    launch has about BUDGET_THREADS_PER_BATCH threads (one block per 256 ids at most)."""
+    (the scratch P_BUDGET_PLAN [B]), xg_budget walks them and marks in P_BUDGET_DROP [B, W]
+    (zero between fills) those that leave no completion within the slot's budget,
+    xg_budget_apply removes them from the rows where some token is left and zeroes the drops.
+    A slot gets enough blocks that the whole launch has about BUDGET_THREADS_PER_BATCH threads
+    (one block per 256 ids at most)."""
     batch, words = bitmask.shape
     most = (words * 32 + BUDGET_THREADS - 1) // BUDGET_THREADS
     per_slot = max(1, min(most, BUDGET_THREADS_PER_BATCH // BUDGET_THREADS // max(batch, 1)))
     _launch("xg_budget_plan", table.device, (batch,), (32,),
-            (_pointer(table), np.int32(batch), _pointer(remaining), _pointer(plan)))
+            (_pointer(table), np.int32(batch), _pointer(remaining)))
     _launch("xg_budget", table.device, (per_slot, batch), (BUDGET_THREADS,),
             (_pointer(table), np.int32(batch), _pointer(bitmask), np.int32(words),
-             _pointer(remaining), _pointer(plan), _pointer(drop)))
+             _pointer(remaining)))
     _launch("xg_budget_apply", table.device, (batch,), (BUDGET_THREADS,),
-            (np.int32(batch), _pointer(bitmask), np.int32(words), _pointer(plan),
-             _pointer(drop)))
+            (_pointer(table), np.int32(batch), _pointer(bitmask), np.int32(words)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,11 +1,10 @@
 """The dense part of the next-token bitmask: the Triton kernel of the fill ops' first stage.
 
 In:
-  * ``state_tensors``: the runtime state as torch tensors in ``RuntimeState.FIELDS`` order
-    (``gxg.runtime``); this module reads grammar, terminated, error, can_end, num_tops, tops,
-    pool_node.
-  * ``arena_tensors``: the device arena's buffers in ``ARENA_FIELDS`` order (``gxg.arena``);
-    this module reads grammar_node_base, node_row, accept_rows, stop_words.
+  * ``runtime``: a batch's runtime blob (``gxg.blobs``; uint8 [B, n]): the kernel reads every
+    buffer through the pointer table at its byte 0 (positions from ``gxg.layout``) — the
+    state's grammar, terminated, error, can_end, num_tops, tops, pool_node; the limits row (K,
+    P); the arena's grammar_node_base, node_row, accept_rows, stop_words.
   * ``bitmask``: int32 [B, W], W = ceil(vocab_size / 32) (bit j of word w is token 32·w + j).
 
 Out (in place, no host synchronisation, fixed launch shape):
@@ -19,79 +18,37 @@ Out (in place, no host synchronisation, fixed launch shape):
     (csrc/automaton.cu) ORs their bits in afterwards, and ``ops/apply_triton.py`` masks logits.
 
 The CPU oracle is ``ops.reference.fill_next_token_bitmask`` (dense part + uncertain tokens).
-Set ``TRITON_INTERPRET=1`` before this module is imported to run the kernel on CPU tensors.
+Set ``TRITON_INTERPRET=1`` before this module is imported to run the kernel on CPU tensors
+(the pointer table of a CPU blob holds host addresses).
 """
 from __future__ import annotations
 
-from typing import Sequence
 
 import torch
 import triton
 import triton.language as tl
 
-from gxg.arena import ARENA_FIELDS
-from gxg.runtime import RuntimeState
+from gxg import layout
 
 FILL_BLOCK_WORDS = 128      # bitmask words per program of the fill kernel (power of two)
 NUM_WARPS = 4
 
 
-# ----------------------------------------------------------------------------- field helpers
-
-
-def state_field(state_tensors: Sequence[torch.Tensor], name: str) -> torch.Tensor:
-    """The state tensor called ``name`` from a list in ``RuntimeState.FIELDS`` order."""
-    return state_tensors[RuntimeState.FIELDS.index(name)]
-
-
-def arena_field(arena_tensors: Sequence[torch.Tensor], name: str) -> torch.Tensor:
-    """The arena tensor called ``name`` from a list in ``ARENA_FIELDS`` order."""
-    return arena_tensors[ARENA_FIELDS.index(name)]
-
-
-def _check_lengths(state_tensors, arena_tensors) -> None:
-    if len(state_tensors) != len(RuntimeState.FIELDS):
-        raise ValueError(f"expected {len(RuntimeState.FIELDS)} state tensors "
-                         f"(RuntimeState.FIELDS order), got {len(state_tensors)}")
-    if len(arena_tensors) != len(ARENA_FIELDS):
-        raise ValueError(f"expected {len(ARENA_FIELDS)} arena tensors (ARENA_FIELDS order), "
-                         f"got {len(arena_tensors)}")
-
-
-def _dense_args(state_tensors, arena_tensors, bitmask: torch.Tensor) -> list:
-    """Checks (metadata only: no device reads) and the kernel arguments shared by the fill
-    kernels, in the order of ``_dense_words``' parameters after the slot index."""
-    _check_lengths(state_tensors, arena_tensors)
-    s = {name: state_field(state_tensors, name) for name in
-         ("grammar", "terminated", "error", "can_end", "num_tops", "tops", "pool_node")}
-    a = {name: arena_field(arena_tensors, name) for name in
-         ("grammar_node_base", "node_row", "accept_rows", "stop_words")}
-    if bitmask.dtype != torch.int32:
-        raise TypeError(f"bitmask must be int32, got {bitmask.dtype}")
-    if bitmask.dim() != 2:
-        raise ValueError(f"bitmask must be 2-D [batch, words], got shape {tuple(bitmask.shape)}")
-    batch, words = s["grammar"].shape[0], a["stop_words"].shape[0]
-    if tuple(bitmask.shape) != (batch, words):
-        raise ValueError(f"bitmask shape {tuple(bitmask.shape)} != (batch, words) = "
-                         f"({batch}, {words})")
-    if a["accept_rows"].dim() != 2 or a["accept_rows"].shape[1] != words:
-        raise ValueError(f"accept_rows has shape {tuple(a['accept_rows'].shape)}, expected "
-                         f"[rows, {words}]")
-    for name, t in list(s.items()) + list(a.items()):
-        if t.device != bitmask.device:
-            raise ValueError(f"{name} is on {t.device} but bitmask is on {bitmask.device}")
-        if t.dim() and t.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last dimension")
-    for name in ("grammar", "error", "num_tops", "tops", "pool_node"):
-        if s[name].dtype != torch.int32:
-            raise TypeError(f"state field {name} must be int32, got {s[name].dtype}")
-    for name, t in a.items():
-        if t.dtype != torch.int32:
-            raise TypeError(f"arena field {name} must be int32, got {t.dtype}")
-    return [s["grammar"], s["terminated"], s["error"], s["can_end"], s["num_tops"],
-            s["tops"], s["tops"].stride(0), s["pool_node"], s["pool_node"].stride(0),
-            a["grammar_node_base"], a["node_row"], a["accept_rows"], a["accept_rows"].stride(0),
-            a["stop_words"], words]
+# Pointer-table positions and limits-row positions the kernel reads (gxg.layout declares them).
+P_GRAMMAR = tl.constexpr(layout.pointer_index("grammar"))
+P_TERMINATED = tl.constexpr(layout.pointer_index("terminated"))
+P_ERROR = tl.constexpr(layout.pointer_index("error"))
+P_CAN_END = tl.constexpr(layout.pointer_index("can_end"))
+P_NUM_TOPS = tl.constexpr(layout.pointer_index("num_tops"))
+P_TOPS = tl.constexpr(layout.pointer_index("tops"))
+P_POOL_NODE = tl.constexpr(layout.pointer_index("pool_node"))
+P_LIMITS = tl.constexpr(layout.pointer_index("limits"))
+P_NODE_BASE = tl.constexpr(layout.pointer_index("grammar_node_base"))
+P_NODE_ROW = tl.constexpr(layout.pointer_index("node_row"))
+P_ACCEPT_ROWS = tl.constexpr(layout.pointer_index("accept_rows"))
+P_STOP_WORDS = tl.constexpr(layout.pointer_index("stop_words"))
+L_K = tl.constexpr(layout.LIMITS_ROW.index("K"))
+L_P = tl.constexpr(layout.LIMITS_ROW.index("P"))
 
 
 # ----------------------------------------------------------------------------- device code
@@ -129,32 +86,43 @@ def _dense_words(b, grammar_ptr, terminated_ptr, error_ptr, can_end_ptr, num_top
 
 
 @triton.jit
-def _fill_dense_kernel(grammar_ptr, terminated_ptr, error_ptr, can_end_ptr, num_tops_ptr,
-                       tops_ptr, tops_stride, pool_node_ptr, pool_stride,
-                       node_base_ptr, node_row_ptr, accept_ptr, accept_stride, stop_ptr, W,
-                       bitmask_ptr, bm_stride0, bm_stride1,
-                       BLOCK_WORDS: tl.constexpr):
+def _buffer(table_ptr, index, dtype: tl.constexpr):
+    """The buffer at pointer-table position ``index``, as a pointer to ``dtype``."""
+    return tl.load(table_ptr + index).to(tl.pointer_type(dtype))
+
+
+@triton.jit
+def _fill_dense_kernel(runtime_ptr, W, bitmask_ptr, bm_stride0, BLOCK_WORDS: tl.constexpr):
     # Grid: (B, cdiv(W, BW)), BW = BLOCK_WORDS; program (b, j) writes words [j·BW, (j+1)·BW)
     #   of bitmask row b. No atomics, no inter-program communication.
     # Traffic per call (bytes); k_b = live tops of slot b (0 if unbound, terminated or failed),
     #   Σ_b k_b ≤ B·K; nb = cdiv(W, BW):
     #   read   4·W·Σ_b k_b                  accept rows (one per live top, duplicates included)
     #        + 4·W·(bound slots)            stop row (one row shared by all: L2-resident)
-    #        + nb·Σ_b (18 + 12·k_b)         per program: grammar, node base, terminated, error,
-    #                                       can_end, num_tops; per top: tops, pool_node, node_row
+    #        + nb·Σ_b (26 + 12·k_b) + 96·nb·B   per program: grammar, node base, terminated,
+    #                                       error, can_end, num_tops, K, P; per top: tops,
+    #                                       pool_node, node_row; 12 table pointers (L2-resident)
     #   write  4·B·W                        every word, once
-    #   => at most 4·B·W·(K + 2) + nb·B·(18 + 12·K).
     # Invariants: every word of bitmask[b, :W] is written (no pre-zeroing needed; the words
     #   are a pure function of the state and the arena); only accept rows >= 0 are read; an
     #   unbound, terminated or failed slot reads no tops, pool entries or per-node rows; node
     #   ids are local to the slot's grammar: row = node_base[grammar[b]] + node.
     b = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK_WORDS + tl.arange(0, BLOCK_WORDS)
-    acc = _dense_words(b, grammar_ptr, terminated_ptr, error_ptr, can_end_ptr, num_tops_ptr,
-                       tops_ptr, tops_stride, pool_node_ptr, pool_stride,
-                       node_base_ptr, node_row_ptr, accept_ptr, accept_stride, stop_ptr,
-                       W, offs)
-    tl.store(bitmask_ptr + b.to(tl.int64) * bm_stride0 + offs * bm_stride1, acc, mask=offs < W)
+    table_ptr = runtime_ptr.to(tl.pointer_type(tl.int64))  # the pointer table is at byte 0
+    limits = _buffer(table_ptr, P_LIMITS, tl.int32)
+    acc = _dense_words(b, _buffer(table_ptr, P_GRAMMAR, tl.int32),
+                       _buffer(table_ptr, P_TERMINATED, tl.int8),
+                       _buffer(table_ptr, P_ERROR, tl.int32),
+                       _buffer(table_ptr, P_CAN_END, tl.int8),
+                       _buffer(table_ptr, P_NUM_TOPS, tl.int32),
+                       _buffer(table_ptr, P_TOPS, tl.int32), tl.load(limits + L_K),
+                       _buffer(table_ptr, P_POOL_NODE, tl.int32), tl.load(limits + L_P),
+                       _buffer(table_ptr, P_NODE_BASE, tl.int32),
+                       _buffer(table_ptr, P_NODE_ROW, tl.int32),
+                       _buffer(table_ptr, P_ACCEPT_ROWS, tl.int32), W,
+                       _buffer(table_ptr, P_STOP_WORDS, tl.int32), W, offs)
+    tl.store(bitmask_ptr + b.to(tl.int64) * bm_stride0 + offs, acc, mask=offs < W)
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -165,14 +133,16 @@ def _check_block(block_words: int) -> None:
         raise ValueError(f"block_words must be a power of two, got {block_words}")
 
 
-def fill_dense(state_tensors: list, arena_tensors: list, bitmask: torch.Tensor, *,
+def fill_dense(runtime: torch.Tensor, bitmask: torch.Tensor, *,
                block_words: int = FILL_BLOCK_WORDS) -> None:
-    """Write the dense part of every slot's mask into ``bitmask`` [B, W] (see module doc)."""
+    """Write the dense part of every slot's mask into ``bitmask`` [B, W] (see module doc);
+    ``runtime``: the batch's runtime blob, ``bitmask`` checked by the caller (the ops)."""
     _check_block(block_words)
-    args = _dense_args(state_tensors, arena_tensors, bitmask)
     batch, words = bitmask.shape
     if batch == 0 or words == 0:
         return
+    if bitmask.stride(1) != 1:
+        raise ValueError("the last dimension of bitmask must be contiguous")
     grid = (batch, triton.cdiv(words, block_words))
-    _fill_dense_kernel[grid](*args, bitmask, bitmask.stride(0), bitmask.stride(1),
+    _fill_dense_kernel[grid](runtime, words, bitmask, bitmask.stride(0),
                              BLOCK_WORDS=block_words, num_warps=NUM_WARPS)

@@ -1,11 +1,13 @@
 """The ``torch.ops.xg`` ops: schemas, CPU kernels (the reference), CUDA kernels, fake kernels.
 
-In:  ``runtime`` — the runtime tensors of a ``GrammarBatch`` in ``RUNTIME_FIELDS`` order (the
-     layout's state and scratch buffers, ``gxg.layout``, then the pointer table); ``arena`` —
-     the ``DeviceArena`` buffers in ``ARENA_FIELDS`` order (the layout's arena group), all the
-     grammar tables both kernels read: the CUDA kernels through the pointer table, the CPU
-     kernels as host tables rebuilt from them (``gxg.ops.arena_tables``, cached per arena and
-     grammar generation); and the op's own arguments.
+In:  ``runtime`` — a ``GrammarBatch``'s runtime blob (``gxg.blobs``: uint8 [B, n], the
+     layout's header — the pointer table at byte 0 and the dimension values —, state and
+     scratch buffers); ``arena`` — its ``DeviceArena``'s blob (uint8 [W, n]: every grammar
+     table). The CUDA kernels read both through the pointer table; the CPU kernels view the
+     buffers at the offsets ``gxg.layout.blob_layout`` gives for the header's dimension values,
+     and rebuild host tables from the arena's (``gxg.ops.arena_tables``, cached per arena and
+     grammar generation). B and W come from the blobs' shapes, so every argument is checked
+     without reading the device. Then the op's own arguments.
 Out: the ops below, each with fixed shapes, no host synchronisation and no allocation on the
      CUDA path except its output tensor, declared mutations, and an nvtx range:
 
@@ -32,24 +34,15 @@ why it declares ``runtime`` mutated.
 from __future__ import annotations
 
 import contextlib
-from typing import List, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
 
-from gxg import layout
+from gxg import blobs, layout
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
 from gxg.ops import arena_tables, reference
 from gxg.ops.apply_bitmask import apply_arguments, apply_token_bitmask_inplace_cpu
-
-# The runtime list: the layout's state and scratch buffers in table order, then the pointer
-# table (the device addresses of every buffer of gxg.layout, in table order).
-STATE_COUNT = len(RuntimeState.FIELDS)
-RUNTIME_FIELDS = tuple(layout.names("state") + layout.names("scratch")) + ("pointer_table",)
-LIMITS_INDEX = RUNTIME_FIELDS.index("limits")
-BUDGET_PLAN_INDEX = RUNTIME_FIELDS.index("budget_plan")
-BUDGET_DROP_INDEX = RUNTIME_FIELDS.index("budget_drop")
-TABLE_INDEX = len(RUNTIME_FIELDS) - 1
 
 try:  # the nvtx package when present, else torch's binding
     import nvtx as _nvtx
@@ -66,24 +59,34 @@ except ImportError:  # pragma: no cover - depends on the machine
 # ----------------------------------------------------------------------------- CPU helpers
 
 
-def _limits(runtime: List[torch.Tensor]) -> RuntimeLimits:
-    row = dict(zip(layout.LIMITS_ROW, runtime[LIMITS_INDEX].tolist()))
-    return RuntimeLimits(max_stacks=row["K"], pool_entries=row["P"], history=row["H"],
-                         max_closure=row["MAX_CLOSURE"])
+def _host_state(runtime: torch.Tensor) -> Tuple[RuntimeState, Dict[str, int]]:
+    """The state of a CPU runtime blob as numpy views (writes go to the blob), and the
+    blob's dimension values."""
+    data = runtime.numpy()
+    dims = blobs.header_dims(data)
+    views = blobs.numpy_views(data, "runtime", dims)
+    row = dict(zip(layout.LIMITS_ROW, views["limits"].tolist()))
+    limits = RuntimeLimits(max_stacks=row["K"], pool_entries=row["P"], history=row["H"],
+                           max_closure=row["MAX_CLOSURE"])
+    return RuntimeState.from_arrays(limits, [views[n] for n in RuntimeState.FIELDS]), dims
 
 
-def _host_state(runtime: List[torch.Tensor]) -> RuntimeState:
-    return RuntimeState.from_arrays(_limits(runtime),
-                                    [t.numpy() for t in runtime[:STATE_COUNT]])
+def _check_rows(name: str, tensor: torch.Tensor, runtime: torch.Tensor) -> None:
+    """Metadata only: a per-slot argument has one entry per slot, on the runtime's device."""
+    rows = runtime.shape[0]
+    if tensor.dim() != 1 or tensor.shape[0] != rows or tensor.device != runtime.device:
+        raise ValueError(f"{name} must be a 1-D tensor of {rows} entries (one per slot) on "
+                         f"{runtime.device}, got shape {tuple(tensor.shape)} on {tensor.device}")
 
 
 # ----------------------------------------------------------------------------- reset
 
 
 @torch.library.custom_op("xg::reset", mutates_args=("runtime",))
-def reset(runtime: List[torch.Tensor], arena: List[torch.Tensor], slots: torch.Tensor) -> None:
-    state = _host_state(runtime)
-    tables_of = arena_tables.lookup(arena)
+def reset(runtime: torch.Tensor, arena: torch.Tensor, slots: torch.Tensor) -> None:
+    _check_rows("slots", slots, runtime)
+    state, dims = _host_state(runtime)
+    tables_of = arena_tables.lookup(arena, dims)
     for slot in np.flatnonzero(slots.numpy()).tolist():
         grammar = int(state.grammar[slot])
         if grammar < 0:
@@ -101,9 +104,10 @@ def _clear(state: RuntimeState, slot: int) -> None:
 @reset.register_kernel("cuda")
 def _reset_cuda(runtime, arena, slots):
     from gxg.ops import cuda_automaton
+    _check_rows("slots", slots, runtime)
     with _range("xg::reset"):
         # the kernels index their per-slot arguments densely: views (input_ids[:, -1]) are copied
-        cuda_automaton.reset(runtime[TABLE_INDEX], slots.to(torch.bool).contiguous())
+        cuda_automaton.reset(runtime, slots.to(torch.bool).contiguous())
 
 
 @reset.register_fake
@@ -115,10 +119,11 @@ def _(runtime, arena, slots):
 
 
 @torch.library.custom_op("xg::accept_token", mutates_args=("runtime",))
-def accept_token(runtime: List[torch.Tensor], arena: List[torch.Tensor],
+def accept_token(runtime: torch.Tensor, arena: torch.Tensor,
                  token_ids: torch.Tensor) -> torch.Tensor:
-    state = _host_state(runtime)
-    tables_of = arena_tables.lookup(arena)
+    _check_rows("token_ids", token_ids, runtime)
+    state, dims = _host_state(runtime)
+    tables_of = arena_tables.lookup(arena, dims)
     accepted = np.zeros(token_ids.shape[0], dtype=bool)
     for slot, token in enumerate(token_ids.tolist()):
         grammar = int(state.grammar[slot])
@@ -130,9 +135,10 @@ def accept_token(runtime: List[torch.Tensor], arena: List[torch.Tensor],
 @accept_token.register_kernel("cuda")
 def _accept_token_cuda(runtime, arena, token_ids):
     from gxg.ops import cuda_automaton
+    _check_rows("token_ids", token_ids, runtime)
     with _range("xg::accept_token"):
         accepted = torch.empty(token_ids.shape[0], dtype=torch.bool, device=token_ids.device)
-        cuda_automaton.accept(runtime[TABLE_INDEX], token_ids.to(torch.int64).contiguous(),
+        cuda_automaton.accept(runtime, token_ids.to(torch.int64).contiguous(),
                               accepted)
     return accepted
 
@@ -146,8 +152,9 @@ def _(runtime, arena, token_ids):
 
 
 @torch.library.custom_op("xg::rollback", mutates_args=("runtime",))
-def rollback(runtime: List[torch.Tensor], num_tokens: torch.Tensor) -> torch.Tensor:
-    state = _host_state(runtime)
+def rollback(runtime: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
+    _check_rows("num_tokens", num_tokens, runtime)
+    state, _ = _host_state(runtime)
     ok = np.ones(num_tokens.shape[0], dtype=bool)
     for slot, count in enumerate(num_tokens.tolist()):
         if state.grammar[slot] < 0 or count == 0:
@@ -161,9 +168,10 @@ def rollback(runtime: List[torch.Tensor], num_tokens: torch.Tensor) -> torch.Ten
 @rollback.register_kernel("cuda")
 def _rollback_cuda(runtime, num_tokens):
     from gxg.ops import cuda_automaton
+    _check_rows("num_tokens", num_tokens, runtime)
     with _range("xg::rollback"):
         ok = torch.empty(num_tokens.shape[0], dtype=torch.bool, device=num_tokens.device)
-        cuda_automaton.rollback(runtime[TABLE_INDEX], num_tokens.to(torch.int64).contiguous(),
+        cuda_automaton.rollback(runtime, num_tokens.to(torch.int64).contiguous(),
                                 ok)
     return ok
 
@@ -177,12 +185,13 @@ def _(runtime, num_tokens):
 
 
 @torch.library.custom_op("xg::fill_next_token_bitmask", mutates_args=("runtime", "bitmask"))
-def fill_next_token_bitmask(runtime: List[torch.Tensor], arena: List[torch.Tensor],
+def fill_next_token_bitmask(runtime: torch.Tensor, arena: torch.Tensor,
                             bitmask: torch.Tensor,
                             remaining: Optional[torch.Tensor] = None) -> None:
+    _check_bitmask(runtime, arena, bitmask)
     _check_remaining(remaining, bitmask)
-    state = _host_state(runtime)
-    tables_of = arena_tables.lookup(arena)
+    state, dims = _host_state(runtime)
+    tables_of = arena_tables.lookup(arena, dims)
     rows = bitmask.numpy()
     budgets = None if remaining is None else remaining.tolist()
     for slot in range(bitmask.shape[0]):
@@ -208,14 +217,14 @@ def _check_remaining(remaining: Optional[torch.Tensor], bitmask: torch.Tensor) -
                          f"{remaining.device}")
 
 
-def _check_bitmask(runtime: List[torch.Tensor], bitmask: torch.Tensor) -> None:
+def _check_bitmask(runtime: torch.Tensor, arena: torch.Tensor, bitmask: torch.Tensor) -> None:
     """Metadata only (no device read): int32 [B, W], contiguous (the kernels address row b at
-    b·W), on the runtime's device; B and W as the runtime's [B, W] scratch has them."""
-    rows, words = runtime[BUDGET_DROP_INDEX].shape
+    b·W), on the runtime's device; B and W are the blobs' first dimensions."""
+    rows, words = runtime.shape[0], arena.shape[0]
     if bitmask.dtype != torch.int32 or tuple(bitmask.shape) != (rows, words) \
-            or not bitmask.is_contiguous() or bitmask.device != runtime[0].device:
+            or not bitmask.is_contiguous() or bitmask.device != runtime.device:
         raise ValueError(f"bitmask must be a contiguous int32 tensor of shape ({rows}, {words}) "
-                         f"on {runtime[0].device}, got {bitmask.dtype} "
+                         f"on {runtime.device}, got {bitmask.dtype} "
                          f"{tuple(bitmask.shape)}{'' if bitmask.is_contiguous() else ' (strided)'}"
                          f" on {bitmask.device}")
 
@@ -225,13 +234,12 @@ def _fill_cuda(runtime, arena, bitmask, remaining=None) -> None:
     launches: xg_uncertain, xg_uncertain_wide), and with a budget the budget kernels."""
     from gxg.ops import cuda_automaton
     from gxg.ops.fill_triton import fill_dense
+    _check_bitmask(runtime, arena, bitmask)
     _check_remaining(remaining, bitmask)
-    _check_bitmask(runtime, bitmask)
-    fill_dense(runtime[:STATE_COUNT], arena, bitmask)
-    cuda_automaton.uncertain(runtime[TABLE_INDEX], bitmask.shape[0], bitmask)
+    fill_dense(runtime, bitmask)
+    cuda_automaton.uncertain(runtime, bitmask.shape[0], bitmask)
     if remaining is not None:
-        cuda_automaton.budget(runtime[TABLE_INDEX], bitmask, remaining,
-                              runtime[BUDGET_PLAN_INDEX], runtime[BUDGET_DROP_INDEX])
+        cuda_automaton.budget(runtime, bitmask, remaining)
 
 
 @fill_next_token_bitmask.register_kernel("cuda")
@@ -267,7 +275,7 @@ def _(logits, bitmask, indices=None):
 
 
 @torch.library.custom_op("xg::fill_and_apply", mutates_args=("runtime", "logits", "bitmask"))
-def fill_and_apply(runtime: List[torch.Tensor], arena: List[torch.Tensor],
+def fill_and_apply(runtime: torch.Tensor, arena: torch.Tensor,
                    logits: torch.Tensor, bitmask: torch.Tensor,
                    remaining: Optional[torch.Tensor] = None) -> None:
     fill_next_token_bitmask(runtime, arena, bitmask, remaining)
@@ -277,6 +285,7 @@ def fill_and_apply(runtime: List[torch.Tensor], arena: List[torch.Tensor],
 @fill_and_apply.register_kernel("cuda")
 def _fill_and_apply_cuda(runtime, arena, logits, bitmask, remaining=None):
     from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton
+    _check_bitmask(runtime, arena, bitmask)
     with _range("xg::fill_and_apply"):
         apply_arguments(logits, bitmask, None, False)  # refused before anything runs
         _fill_cuda(runtime, arena, bitmask, remaining)
@@ -292,7 +301,7 @@ def _(runtime, arena, logits, bitmask, remaining=None):
 
 
 @torch.library.custom_op("xg::fill_and_sample", mutates_args=("runtime", "bitmask", "offset"))
-def fill_and_sample(runtime: List[torch.Tensor], arena: List[torch.Tensor],
+def fill_and_sample(runtime: torch.Tensor, arena: torch.Tensor,
                     logits: torch.Tensor, bitmask: torch.Tensor, temperature: torch.Tensor,
                     top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor,
                     offset: torch.Tensor, vocab_size: int,

@@ -32,7 +32,6 @@ from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.ops import cuda_automaton  # noqa: E402
 from gxg.ops.apply_triton import apply_token_bitmask_inplace_triton  # noqa: E402
 from gxg.ops.fill_triton import fill_dense  # noqa: E402
-from gxg.ops.xg_ops import STATE_COUNT, TABLE_INDEX  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -66,12 +65,11 @@ def main() -> None:
                                    device="cuda")
         logits = torch.randn(b, v, device="cuda")
         bitmask = torch.empty((b, (v + 31) // 32), dtype=torch.int32, device="cuda")
-        table = batch.runtime[TABLE_INDEX]
-        state, arena = batch.runtime[:STATE_COUNT], batch._arena_tensors
+        runtime = batch.runtime
         ones = torch.ones(b, dtype=torch.int64, device="cuda")
         parts = {
-            "fill_dense": lambda: fill_dense(state, arena, bitmask),
-            "uncertain": lambda: cuda_automaton.uncertain(table, b, bitmask),
+            "fill_dense": lambda: fill_dense(runtime, bitmask),
+            "uncertain": lambda: cuda_automaton.uncertain(runtime, b, bitmask),
             "apply": lambda: apply_token_bitmask_inplace_triton(logits, bitmask),
             "fill_and_apply": lambda: batch.fill_and_apply(logits, bitmask),
             "accept+rollback": lambda: (batch.accept(next_tokens), batch.rollback(ones)),

@@ -412,9 +412,8 @@ def test_op_fake_kernel_and_compile(world):
     args = row_tensors(batch.max_batch, 0.7, 3, 0.9)
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(t) for t in (logits, batch._bitmask) + args]
-        out = xg.fill_and_sample([mode.from_tensor(t) for t in batch.runtime],
-                                 [mode.from_tensor(t) for t in batch._arena_tensors],
-                                 *fake, info.vocab_size)
+        out = xg.fill_and_sample(mode.from_tensor(batch.runtime),
+                                 mode.from_tensor(batch._arena_tensors), *fake, info.vocab_size)
         assert out.shape == (batch.max_batch,) and out.dtype == torch.int64
 
     # torch.compile (aot_eager: the fake kernel, the mutations) on a warmed-up batch matches

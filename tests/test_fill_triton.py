@@ -26,16 +26,16 @@ import pytest  # noqa: E402
 
 pytest.importorskip("triton")
 
-from gxg.arena import ARENA_FIELDS, ArenaCapacity, DeviceArena  # noqa: E402
+from gxg.arena import ArenaCapacity  # noqa: E402
+from gxg.batch import GrammarBatch  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.ops import arena_tables, reference  # noqa: E402
-from gxg.ops.fill_triton import (  # noqa: E402
-    arena_field, fill_dense, state_field,
-)
+from gxg.ops.fill_triton import fill_dense  # noqa: E402
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState  # noqa: E402
 from gxg.tokenizer import TokenizerInfo, VocabType  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+LIMITS = RuntimeLimits(max_stacks=16, pool_entries=256, history=8)
 
 GRAMMARS = {
     "json": None,   # builtin JSON grammar (has uncertain tokens)
@@ -85,9 +85,11 @@ class World:
         self.info = make_info()
         self.words = words_of(self.info.vocab_size)
         compiler = GrammarCompiler(self.info)
-        self.arena = DeviceArena(self.info, device=DEVICE, capacity=ArenaCapacity(
-            max_grammars=8, nodes=2048, next_entries=1 << 15, ref_edges=2048, accept_rows=128,
-            uncertain_tokens=4096))
+        self.batch = GrammarBatch(self.info, device=DEVICE, max_batch=16, limits=LIMITS,
+                                  capacity=ArenaCapacity(
+                                      max_grammars=8, nodes=2048, next_entries=1 << 15,
+                                      ref_edges=2048, accept_rows=128, uncertain_tokens=4096))
+        self.arena = self.batch.arena
         self.gid = {}
         for name, ebnf in GRAMMARS.items():
             compiled = (compiler.compile_builtin_json_grammar() if ebnf is None
@@ -96,9 +98,10 @@ class World:
         self.stop_row = np.zeros(self.words, np.int32)
         set_bits(self.stop_row, self.info.stop_token_ids)
         self.state = self._build_state()
+        self.batch.load_state(self.state)
 
     def tables(self, gid):
-        return arena_tables.host_tables(self.arena.op_tensors(), gid)
+        return arena_tables.host_tables(self.arena.op_tensors(), self.arena.dims, gid)
 
     def layout(self, gid):
         return self.arena.compiled(gid).kernel_layout
@@ -132,8 +135,7 @@ class World:
 
     def _build_state(self) -> RuntimeState:
         rng = random.Random(7)
-        state = RuntimeState.allocate(16, RuntimeLimits(max_stacks=16, pool_entries=256,
-                                                        history=8))
+        state = RuntimeState.allocate(16, LIMITS)
         state.grammar[0] = -1                                  # unbound, never used
         self._feed(state, 1, "arrays", [b"[", b"12"])          # unbound, stale tops left over
         state.grammar[1] = -1
@@ -153,9 +155,9 @@ class World:
                        allow_stop=slot == 15)
         return state
 
-    def state_tensors(self, state=None):
-        state = self.state if state is None else state
-        return [torch.from_numpy(np.ascontiguousarray(a)).to(DEVICE) for a in state.arrays()]
+    def runtime(self):
+        """The batch's runtime blob holding ``state`` (a fill does not change the state)."""
+        return self.batch.runtime
 
     def dense_oracle(self, state=None, skip=()):
         """The dense part from each grammar's own layout; ``skip``: (gid, node) pairs whose
@@ -228,28 +230,23 @@ def test_world_covers_the_cases(world):
     assert any(world.uncertain_bits(b).any() for b in np.nonzero(live)[0])
 
 
-def test_field_helpers_pick_by_name(world):
-    state_tensors = world.state_tensors()
+def test_the_batch_holds_the_world_state(world):
+    host = world.batch.host_state()
     for name in RuntimeState.FIELDS:
-        np.testing.assert_array_equal(state_field(state_tensors, name).cpu().numpy(),
-                                      getattr(world.state, name))
-    arena_tensors = world.arena.op_tensors()
-    for name in ARENA_FIELDS:
-        assert arena_field(arena_tensors, name) is getattr(world.arena, name)
+        np.testing.assert_array_equal(getattr(host, name), getattr(world.state, name), name)
 
 
 @pytest.mark.parametrize("block_words", [1, 2, 128])
 def test_fill_dense_matches_numpy(world, block_words):
     bitmask = garbage_bitmask(world.state.batch_size, world.words)
-    fill_dense(world.state_tensors(), world.arena.op_tensors(), bitmask,
-               block_words=block_words)
+    fill_dense(world.runtime(), bitmask, block_words=block_words)
     np.testing.assert_array_equal(bitmask.cpu().numpy(), world.dense_oracle())
 
 
 def test_dense_plus_uncertain_is_the_reference_mask(world):
     state = world.state
     bitmask = garbage_bitmask(state.batch_size, world.words, seed=1)
-    fill_dense(world.state_tensors(), world.arena.op_tensors(), bitmask)
+    fill_dense(world.runtime(), bitmask)
     dense = bitmask.cpu().numpy()
     checked_plain = 0
     for b in range(state.batch_size):
@@ -272,21 +269,20 @@ def test_negative_rows_are_skipped(world):
     b = 5                                            # ambiguous grammar, several tops
     g = int(state.grammar[b])
     node = int(state.pool_node[b, state.tops[b, 0]])
-    arena_tensors = list(world.arena.op_tensors())
-    i = ARENA_FIELDS.index("node_row")
-    arena_tensors[i] = arena_tensors[i].clone()
-    arena_tensors[i][int(world.arena.grammar_node_base[g]) + node] = -1
-    bitmask = garbage_bitmask(state.batch_size, world.words, seed=2)
-    fill_dense(world.state_tensors(), arena_tensors, bitmask, block_words=2)
+    row_index = int(world.arena.grammar_node_base[g]) + node
+    saved = int(world.arena.node_row[row_index])
+    world.arena.node_row[row_index] = -1
+    try:
+        bitmask = garbage_bitmask(state.batch_size, world.words, seed=2)
+        fill_dense(world.runtime(), bitmask, block_words=2)
+    finally:
+        world.arena.node_row[row_index] = saved
     np.testing.assert_array_equal(bitmask.cpu().numpy(), world.dense_oracle(skip={(g, node)}))
 
 
 def test_fill_dense_rejects_bad_arguments(world):
-    state_tensors, arena_tensors = world.state_tensors(), world.arena.op_tensors()
     bitmask = garbage_bitmask(world.state.batch_size, world.words)
-    with pytest.raises(TypeError):
-        fill_dense(state_tensors, arena_tensors, bitmask.to(torch.int64))
     with pytest.raises(ValueError):
-        fill_dense(state_tensors, arena_tensors, bitmask[:, :-1])
+        fill_dense(world.runtime(), bitmask, block_words=3)
     with pytest.raises(ValueError):
-        fill_dense(state_tensors[:-1], arena_tensors, bitmask)
+        fill_dense(world.runtime(), bitmask.t().contiguous().t())

@@ -4,8 +4,10 @@ Specification:
 * the CUDA header generated from the table defines P_<NAME> = the buffer's position, and every
   P_*, FLAG_*, ERR_*, L_* name and launch constant that csrc/automaton.cu uses, and the kernel
   source defines none of them by hand;
-* a GrammarBatch's pointer table holds the address of every declared buffer in table order, each
-  buffer with the declared dtype and shape; the ops' runtime list follows RUNTIME_FIELDS;
+* a GrammarBatch's runtime blob starts with the pointer table, which holds the address of
+  every declared buffer in table order (runtime buffers in the runtime blob, arena buffers in
+  the arena blob, at ``blob_layout``'s aligned, non-overlapping offsets), then the dimension
+  values, from which the buffers are read back with the declared dtypes and shapes;
 * the runtime state, the arena and the ops take their field lists and constants from the table.
 """
 from __future__ import annotations
@@ -17,11 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from gxg import layout
+import numpy as np
+
+from gxg import blobs, layout
 from gxg.arena import ARENA_FIELDS
 from gxg.batch import GrammarBatch
 from gxg.grammar_compiler import GrammarCompiler
-from gxg.ops.xg_ops import RUNTIME_FIELDS
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
 from gxg.tokenizer import TokenizerInfo, VocabType
 
@@ -70,9 +73,24 @@ def test_state_arena_and_ops_read_the_table():
     assert RuntimeState.FIELDS == tuple(layout.names("state"))
     declared = [f.name for f in dataclasses.fields(RuntimeState) if f.name != "limits"]
     assert declared == list(RuntimeState.FIELDS)
-    assert ARENA_FIELDS == tuple(layout.names("arena"))
-    assert RUNTIME_FIELDS == tuple(layout.names("state") + layout.names("scratch")
-                                   + ["pointer_table"])
+    assert ARENA_FIELDS == tuple(layout.names("arena")) == tuple(layout.blob_names("arena"))
+    assert layout.blob_names("runtime") == (layout.names("header") + layout.names("state")
+                                            + layout.names("scratch"))
+    assert layout.blob_names("runtime")[0] == "pointer_table"
+
+
+@pytest.mark.parametrize("blob", sorted(layout.BLOBS))
+def test_blob_offsets_are_aligned_in_order_and_disjoint(blob):
+    dims = {name: 3 + i for i, name in enumerate(layout.DIMS)}
+    offsets, nbytes = layout.blob_layout(blob, dims)
+    assert list(offsets) == layout.blob_names(blob)
+    end = 0
+    full = dict(dims, NB=len(layout.BUFFERS), ND=len(layout.DIMS))
+    for name, start in offsets.items():
+        assert start % layout.ALIGNMENT == 0 and start >= end, name
+        end = start + int(np.prod(layout.shape_of(name, full))) * \
+            layout.DTYPE_BYTES[layout.buffer(name).dtype]
+    assert nbytes >= end and nbytes % layout.ALIGNMENT == 0
 
 
 @pytest.fixture(scope="module")
@@ -86,28 +104,37 @@ def batch():
 
 
 def test_the_pointer_table_holds_every_declared_buffer_in_order(batch):
-    by_name = dict(zip(RUNTIME_FIELDS, batch.runtime))
-    by_name.update(zip(ARENA_FIELDS, batch.arena.op_tensors()))
-    table = by_name["pointer_table"].tolist()
+    runtime, arena = batch.runtime, batch.arena.op_tensors()
+    dims = blobs.header_dims(runtime.numpy())
+    table = blobs.numpy_views(runtime.numpy(), "runtime", dims)["pointer_table"].tolist()
     assert len(table) == len(layout.BUFFERS)
+    assert runtime.shape[0] == batch.max_batch and arena.shape[0] == batch.arena.words
+    offsets = {blob: layout.blob_layout(blob, dims)[0] for blob in layout.BLOBS}
+    views = dict(batch.arena.tensors(), **batch._views)
     for address, buffer in zip(table, layout.BUFFERS):
-        tensor = by_name[buffer.name]
-        assert address == tensor.data_ptr(), buffer.name
-        assert tensor.dtype == getattr(torch, buffer.dtype), buffer.name
+        blob = "arena" if buffer.group == "arena" else "runtime"
+        base = (arena if blob == "arena" else runtime).data_ptr()
+        assert address == base + offsets[blob][buffer.name], buffer.name
+        assert views[buffer.name].data_ptr() == address, buffer.name
+        assert views[buffer.name].dtype == getattr(torch, buffer.dtype), buffer.name
 
 
 def test_buffers_have_the_declared_shapes(batch):
     limits = batch.limits
-    dims = dict(limits.dims(batch.max_batch), W=layout.bitmask_words(batch.vocab_size),
-                V=batch.vocab_size)
-    by_name = dict(zip(RUNTIME_FIELDS, batch.runtime))
-    for name in layout.names("state") + ["work", "seen", "tops_a", "tops_b", "mark",
-                                         "budget_plan", "budget_drop"]:
-        assert tuple(by_name[name].shape) == layout.shape_of(name, dims), name
-    row = dict(zip(layout.LIMITS_ROW, by_name["limits"].tolist()))
+    dims = blobs.header_dims(batch.runtime.numpy())
+    assert dims == dict(batch.arena.dims, **limits.dims(batch.max_batch),
+                        WIDE_QUEUE=dims["WIDE_QUEUE"], WIDE_SPACE=dims["WIDE_SPACE"],
+                        NB=len(layout.BUFFERS), ND=len(layout.DIMS))
+    views = blobs.numpy_views(batch.runtime.numpy(), "runtime", dims)
+    full = dict(dims)
+    for name in layout.blob_names("runtime"):
+        assert views[name].shape == layout.shape_of(name, full), name
+        assert views[name].dtype == np.dtype(layout.buffer(name).dtype), name
+    row = dict(zip(layout.LIMITS_ROW, views["limits"].tolist()))
     assert row == {"P": limits.pool_entries, "K": limits.max_stacks, "H": limits.history,
                    "MAX_CLOSURE": limits.max_closure, "WORK_CAP": limits.work_capacity,
                    "V": batch.vocab_size}
+    np.testing.assert_array_equal(views["grammar"], batch.host_state().grammar)
 
 
 @pytest.mark.parametrize("vocab_size,words", [(1, 1), (31, 1), (32, 1), (33, 2), (151_936, 4748)])

@@ -109,3 +109,34 @@ def test_op_passes_opcheck(world, device, op, variant):
     batch = busy_batch(world, device)
     arguments = op_arguments(batch, world[0], op, variant)
     torch.library.opcheck(getattr(torch.ops.xg, op).default, arguments)
+
+
+# (op, argument position, replacement, what the message names): per-step tensors that do not
+# fit the batch are refused with a ValueError naming them, before any kernel runs
+BAD_ARGUMENTS = [
+    ("reset", 2, lambda d: torch.tensor([True, False], device=d), "slots"),
+    ("accept_token", 2, lambda d: torch.zeros(4, dtype=torch.int64, device=d), "token_ids"),
+    ("rollback", 1, lambda d: torch.zeros(2, dtype=torch.int64, device=d), "num_tokens"),
+    ("fill_next_token_bitmask", 2, lambda d: torch.zeros((3, 1), dtype=torch.int32, device=d),
+     "bitmask"),
+    ("fill_next_token_bitmask", 2,
+     lambda d: torch.zeros((3, 64), dtype=torch.int32, device=d)[:, ::2], "bitmask"),
+    ("fill_and_apply", 3, lambda d: torch.zeros((3, 64), dtype=torch.int64, device=d),
+     "bitmask"),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op,position,bad,named", BAD_ARGUMENTS,
+                         ids=[f"{op}-{named}-{i}" for i, (op, _, _, named)
+                              in enumerate(BAD_ARGUMENTS)])
+def test_per_step_tensors_that_do_not_fit_are_refused(world, device, op, position, bad, named):
+    batch = busy_batch(world, device)
+    before = batch.host_state()
+    arguments = list(op_arguments(batch, world[0], op, ""))
+    arguments[position] = bad(device)
+    with pytest.raises(ValueError, match=named):
+        getattr(torch.ops.xg, op)(*arguments)
+    after = batch.host_state()
+    for name in ("pool_size", "num_tops", "error", "hist_len"):
+        assert (getattr(before, name) == getattr(after, name)).all(), name
