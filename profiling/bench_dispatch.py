@@ -2,7 +2,7 @@
 
 B = 1, builtin JSON grammar, Qwen vocabulary (151,851 ids): per step
 ``torch.ops.xg.fill_next_token_bitmask`` + ``torch.ops.xg.accept_token`` + reading the accepted
-flag (one synchronisation), teacher-forced through a 33-token JSON document, 4 passes (the
+flag (one synchronisation), teacher-forced through a 53-token JSON document, 4 passes (the
 first discarded), host clock; median and p90 over the steps.
 
 Floor (written down first): the GPU work is ~20 µs (the same fill + accept inside a graph,
