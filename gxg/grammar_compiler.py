@@ -30,6 +30,7 @@ from gxg.compiler.mask_cache import (
 from gxg.compiler.passes import prepare
 from gxg.compiler.vocab_walk import TokenTrie
 from gxg.grammar.ir import Grammar
+from gxg.grammar.json_schema import deep_recursion, load_schema
 from gxg.tokenizer import TokenizerInfo
 
 SERIALIZATION_VERSION = "gxg-1"
@@ -154,15 +155,14 @@ class CompiledGrammar:
 
 
 def _schema_key(schema) -> str:
-    """A cache key for a schema given as a dict, a JSON string or a Pydantic model class."""
+    """A cache key for a schema as ``Grammar.from_json_schema`` takes it (a dict, a bool, a JSON
+    text or a Pydantic model class; anything else is the same GrammarError as there)."""
     if isinstance(schema, str):
         return schema
-    if isinstance(schema, dict):
-        return json.dumps(schema, sort_keys=True)
-    if hasattr(schema, "model_json_schema"):
-        return json.dumps(schema.model_json_schema(), sort_keys=True)
-    raise TypeError(f"a JSON schema is a dict, a JSON string or a Pydantic model class, got "
-                    f"{type(schema).__name__}")
+    if isinstance(schema, bytes):
+        return schema.decode("utf-8", "surrogateescape")
+    with deep_recursion():  # json.dumps recurses along the schema as the converter does
+        return json.dumps(load_schema(schema), sort_keys=True)
 
 
 def _tokenizer_fingerprint(info: TokenizerInfo) -> dict:

@@ -3,6 +3,7 @@ JSON Schema front-end (dict, JSON text or Pydantic model; options; the compiler'
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -87,3 +88,64 @@ def test_pydantic_model():
 def test_unsupported_keyword_is_named():
     with pytest.raises(gxg.GrammarError, match="'minContains' at #/properties/tags"):
         gxg.Grammar.from_json_schema({"properties": {"tags": {"contains": {"const": "x"}, "minContains": 2}}})
+
+
+# ----------------------------------------------------------------------------- hostile input
+
+
+def nested(keyword: str, depth: int, leaf=None) -> dict:
+    """``{keyword: [{keyword: [... leaf ...]}]}``, ``depth`` levels (objects: properties)."""
+    schema = leaf if leaf is not None else {"type": "integer"}
+    for _ in range(depth):
+        if keyword == "properties":
+            schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+        elif keyword == "prefixItems":
+            schema = {"type": "array", "prefixItems": [schema], "items": False}
+        else:
+            schema = {keyword: [schema]}
+    return schema
+
+
+ENTRY_POINTS = {
+    "Grammar.from_json_schema": gxg.Grammar.from_json_schema,
+    "compile_json_schema": lambda schema: GrammarCompiler(
+        TokenizerInfo([bytes([c]) for c in range(32, 127)], VocabType.RAW),
+        cache_enabled=False).compile_json_schema(schema),
+    "compile_json_schema (cached)": lambda schema: GrammarCompiler(
+        TokenizerInfo([bytes([c]) for c in range(32, 127)], VocabType.RAW)
+    ).compile_json_schema(schema),
+}
+
+# (schema, None: compiles / text the GrammarError must contain)
+HOSTILE = {
+    "true": (True, None),
+    "false": (False, "matches nothing"),
+    "a list": ([{"type": "integer"}], "got list"),
+    "a number": (5, "got int"),
+    "None": (None, "got NoneType"),
+    "JSON text of a number": ("5", "got int"),
+    "not enum 5": ({"not": {"enum": 5}}, "'enum' at #/not must be an array"),
+    "oneOf/not enum 5": ({"oneOf": [{"not": {"enum": 5}}]}, "at #/oneOf/0/not"),
+    "anyOf an object": ({"anyOf": {"type": "integer"}}, "'anyOf' at # must be an array"),
+    "properties a list": ({"type": "object", "properties": [1]},
+                          "'properties' at # must be an object"),
+    "objects 48 deep": (nested("properties", 48), None),
+    "anyOf 500 deep": (nested("anyOf", 500), None),
+    "allOf 500 deep": (nested("allOf", 500), None),
+    "oneOf 500 deep": (nested("oneOf", 500), None),
+    "prefixItems 500 deep": (nested("prefixItems", 500), None),
+    "anyOf 30,000 deep": (nested("anyOf", 30_000), "nests too deeply"),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_every_entry_point_compiles_or_raises_grammar_error(entry, name):
+    """No TypeError, RecursionError or other stray exception from any schema a user can pass:
+    the same outcome from every entry point (the compiler's cache key included)."""
+    schema, error = HOSTILE[name]
+    if error is None:
+        ENTRY_POINTS[entry](schema)
+    else:
+        with pytest.raises(gxg.GrammarError, match=re.escape(error)):
+            ENTRY_POINTS[entry](schema)

@@ -141,6 +141,7 @@ two ``multipleOf`` of which neither divides the other, the complement of ``multi
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -2180,18 +2181,98 @@ def _productive_rules(rules: Dict[str, Expr]) -> set:
     return productive
 
 
-def _load_schema(schema: Any) -> Any:
+def load_schema(schema: Any) -> Any:
+    """The schema as a dict or a bool, from a dict, a bool, a JSON text (str or bytes) or a
+    Pydantic model class; anything else, or a JSON text of another value, is a GrammarError."""
     if isinstance(schema, (str, bytes)):
         try:
-            return json.loads(schema)
+            with deep_recursion():
+                schema = json.loads(schema)
         except ValueError as exc:
             raise GrammarError(f"the schema is not valid JSON: {exc}") from exc
+        if not isinstance(schema, (dict, bool)):
+            raise GrammarError(f"a schema is a JSON object or a boolean, got "
+                               f"{type(schema).__name__} {json.dumps(schema)[:40]}")
+        return schema
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
         return schema.model_json_schema()  # a Pydantic model class
     if isinstance(schema, (dict, bool)):
         return schema
     raise GrammarError(f"a schema must be a dict, a bool, a JSON string or a Pydantic model, "
                        f"got {type(schema).__name__}")
+
+
+@contextlib.contextmanager
+def deep_recursion():
+    """Python's recursion limit raised to CONVERTER_RECURSION_LIMIT for the block (the converter
+    and ``json.dumps`` recurse along the schema: large real schemas nest a few hundred levels,
+    each a handful of frames), restored after it; running out even so is a GrammarError, not a
+    RecursionError."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, CONVERTER_RECURSION_LIMIT))
+    try:
+        yield
+    except RecursionError:
+        raise GrammarError("the schema nests too deeply to convert (more than "
+                           f"{CONVERTER_RECURSION_LIMIT} converter frames)") from None
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+# keyword -> the JSON types its value may have (checked on every subschema before converting,
+# so a wrong one is a GrammarError naming its place, not an exception from deep inside)
+_KEYWORD_TYPES = {
+    "enum": (list,), "properties": (dict,), "patternProperties": (dict,),
+    "anyOf": (list,), "oneOf": (list,), "allOf": (list,), "prefixItems": (list,),
+    "not": (dict, bool), "additionalProperties": (dict, bool), "items": (dict, bool, list),
+    "additionalItems": (dict, bool), "propertyNames": (dict, bool), "contains": (dict, bool),
+    "if": (dict, bool), "then": (dict, bool), "else": (dict, bool),
+    "unevaluatedItems": (dict, bool), "unevaluatedProperties": (dict, bool),
+    "dependentRequired": (dict,), "dependentSchemas": (dict,), "$ref": (str,),
+    "pattern": (str,),
+}
+_JSON_TYPE_NAMES = {list: "an array", dict: "an object", bool: "a boolean", str: "a string"}
+# keywords whose value holds subschemas: one (dict), a list of them, or a map of them
+_SUBSCHEMA_ONE = ("not", "additionalProperties", "additionalItems", "propertyNames", "contains",
+                  "if", "then", "else", "unevaluatedItems", "unevaluatedProperties", "items")
+_SUBSCHEMA_LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_SUBSCHEMA_MAP = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
+
+
+def check_keyword_types(root: Any) -> None:
+    """GrammarError naming the JSON pointer of the first keyword whose value has the wrong JSON
+    type (``{"not": {"enum": 5}}``: 'enum' at #/not must be an array). Iterative: any depth."""
+    pending = [(root, "#")]
+    while pending:
+        schema, ptr = pending.pop()
+        if not isinstance(schema, dict):
+            continue
+        for key, value in schema.items():
+            kinds = _KEYWORD_TYPES.get(key)
+            if kinds is not None and (not isinstance(value, kinds) or
+                                      (bool not in kinds and isinstance(value, bool))):
+                wanted = " or ".join(_JSON_TYPE_NAMES[k] for k in kinds)
+                raise GrammarError(f"'{key}' at {ptr} must be {wanted}, got {json.dumps(value)}"
+                                   if _shallow(value) else
+                                   f"'{key}' at {ptr} must be {wanted}")
+        for key in _SUBSCHEMA_ONE:
+            if isinstance(schema.get(key), dict):
+                pending.append((schema[key], f"{ptr}/{key}"))
+        for key in _SUBSCHEMA_LIST:
+            if isinstance(schema.get(key), list):
+                pending.extend((sub, f"{ptr}/{key}/{i}") for i, sub in enumerate(schema[key]))
+        for key in _SUBSCHEMA_MAP:
+            if isinstance(schema.get(key), dict):
+                pending.extend((sub, f"{ptr}/{key}/{_escape_pointer(name)}")
+                               for name, sub in schema[key].items())
+
+
+def _shallow(value: Any) -> bool:
+    return not isinstance(value, (dict, list))
+
+
+def _escape_pointer(name: str) -> str:
+    return str(name).replace("~", "~0").replace("/", "~1")
 
 
 def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: Optional[int] = None,
@@ -2202,32 +2283,24 @@ def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: 
     """The Grammar of the JSON documents that satisfy ``schema`` (see the module docstring)."""
     if not isinstance(any_string_spelling, bool):
         raise GrammarError(f"any_string_spelling must be True or False, got {any_string_spelling!r}")
-    root = _load_schema(schema)
+    root = load_schema(schema)
     if root is False:
         raise GrammarError("schema 'false' at # matches nothing")
+    check_keyword_types(root)
     fmt = _make_format(any_whitespace, indent, separators, max_whitespace_cnt)
-    converter = _Converter(root, fmt, strict_mode, any_order,
-                           strict_mode if coerce_one_of is None else bool(coerce_one_of),
-                           any_string_spelling)
-    # The converter recurses along the schema (refs, properties, items): large real schemas
-    # nest a few hundred levels, each a handful of frames. Raised for this call only.
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, CONVERTER_RECURSION_LIMIT))
-    try:
+    with deep_recursion():
+        converter = _Converter(root, fmt, strict_mode, any_order,
+                               strict_mode if coerce_one_of is None else bool(coerce_one_of),
+                               any_string_spelling)
         body = converter.schema(root, "#", 0)
-    except RecursionError:
-        raise GrammarError("the schema nests too deeply to convert (more than "
-                           f"{CONVERTER_RECURSION_LIMIT} converter frames)") from None
-    finally:
-        sys.setrecursionlimit(limit)
-    if body is None:
-        raise GrammarError("schema at # matches nothing")
-    rules = {name: expr for name, expr in converter.rules.items() if expr is not None}
-    rules["root"] = body
-    productive = _productive_rules(rules)
-    for name in rules:
-        if name not in productive:
-            where = converter.rule_pointer.get(name, "#")
-            raise GrammarError(f"schema at {where} admits no finite JSON value")
-    ordered = [Rule("root", body)] + [Rule(n, e) for n, e in rules.items() if n != "root"]
-    return Grammar(tuple(ordered), root_rule_name="root")
+        if body is None:
+            raise GrammarError("schema at # matches nothing")
+        rules = {name: expr for name, expr in converter.rules.items() if expr is not None}
+        rules["root"] = body
+        productive = _productive_rules(rules)
+        for name in rules:
+            if name not in productive:
+                where = converter.rule_pointer.get(name, "#")
+                raise GrammarError(f"schema at {where} admits no finite JSON value")
+        ordered = [Rule("root", body)] + [Rule(n, e) for n, e in rules.items() if n != "root"]
+        return Grammar(tuple(ordered), root_rule_name="root")
