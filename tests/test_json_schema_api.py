@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 
 import pytest
 
@@ -106,6 +107,28 @@ def nested(keyword: str, depth: int, leaf=None) -> dict:
     return schema
 
 
+def one_of_chain(depth: int, overlapping: bool) -> dict:
+    """``oneOf: [<the chain one level down>, b_i]``: with b_i the string "v<i>" (disjoint from
+    everything below) or the integers >= i (overlapping the integers below). Complements of
+    such chains multiplied with the depth (20 levels took minutes)."""
+    schema: dict = {"type": "integer"} if not overlapping else {"type": "string"}
+    for i in range(depth):
+        other = {"type": "integer", "minimum": i} if overlapping else \
+            {"type": "string", "const": f"v{i}"}
+        schema = {"oneOf": [schema, other]}
+    return schema
+
+
+def test_a_chain_of_disjoint_oneofs_is_exact():
+    """Branches proven apart through the nested oneOfs: no relaxation, the exact language."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")     # a relaxation warning would fail the test
+        grammar = gxg.Grammar.from_json_schema(one_of_chain(60, overlapping=False))
+    for text, accepted in (('"v0"', True), ('"v59"', True), ("17", True), ('"v60"', False),
+                           ('"w"', False), ("1.5", False)):
+        assert grammar_accepts(grammar, text) == accepted, text
+
+
 ENTRY_POINTS = {
     "Grammar.from_json_schema": gxg.Grammar.from_json_schema,
     "compile_json_schema": lambda schema: GrammarCompiler(
@@ -135,6 +158,8 @@ HOSTILE = {
     "oneOf 500 deep": (nested("oneOf", 500), None),
     "prefixItems 500 deep": (nested("prefixItems", 500), None),
     "anyOf 30,000 deep": (nested("anyOf", 30_000), "nests too deeply"),
+    "oneOf 60 deep, disjoint branches": (one_of_chain(60, overlapping=False), None),
+    "oneOf 60 deep, overlapping branches": (one_of_chain(60, overlapping=True), None),
 }
 
 

@@ -223,6 +223,10 @@ MAX_COUNT_STATES = 4096
 MAX_PATTERN_PROPERTIES = 4
 MAX_CONTAINS_COUNT = 64  # contains with item bounds: one alternative per witness position
 CONVERTER_RECURSION_LIMIT = 20000
+# Normalisations one merge (allOf; one branch of a oneOf's complements) may take before it is
+# refused as growing too large, and all the complements of one top-level oneOf together.
+MERGE_BUDGET = 2000
+COMPLEMENT_BUDGET = 100_000
 # maxLength / maxItems / maxProperties above this are refused: every allowed count is its own
 # chain of automaton states, and the compiler walks the vocabulary from each of them.
 MAX_EXACT_BOUND = 2048
@@ -609,6 +613,7 @@ class _Converter:
         self.rule_pointer: Dict[str, str] = {}
         self.referenced: set = set()
         self.empty_refs: set = set()  # (pointer, depth key) of referenced schemas found empty
+        self.complement_budget: Optional[List[int]] = None  # shared while a oneOf is made exclusive
         self.uses_refs = '"$ref"' in json.dumps(root)  # nested ids matter only to refs
         # Up to draft-07 a $ref replaces its whole schema object: sibling keywords are ignored.
         draft = root.get("$schema", "") if isinstance(root, dict) else ""
@@ -1093,9 +1098,11 @@ class _Converter:
                                f"of type integer")
         raise refuse()
 
-    def merge(self, a: Any, b: Any, ptr: str) -> Any:
+    def merge(self, a: Any, b: Any, ptr: str, budget: Optional[List[int]] = None) -> Any:
+        """allOf(a, b) as one schema; ``budget``: the normalisations it may take (a fresh
+        MERGE_BUDGET when None), decremented as it goes."""
         try:
-            return self.merge2(a, b, ptr, [2000])
+            return self.merge2(a, b, ptr, [MERGE_BUDGET] if budget is None else budget)
         except RecursionError:  # a $ref cycle through allOf keeps unfolding
             raise GrammarError(f"unsupported keyword 'allOf' at {ptr}: the merge does not terminate") from None
 
@@ -1560,7 +1567,7 @@ class _Converter:
 
     # -- checking a constant against a schema (enum/const with sibling keywords, property names)
     def satisfies(self, value: Any, schema: Any, ptr: str) -> bool:
-        flat = self.normal(schema, ptr, [2000])
+        flat = self.normal(schema, ptr, [MERGE_BUDGET])
         if flat is False:
             return False
         rest = dict(flat)
@@ -1699,7 +1706,7 @@ class _Converter:
         if hi is not None and hi > MAX_CONTAINS_COUNT or hi is None and lo > MAX_CONTAINS_COUNT:
             raise GrammarError(f"unsupported keyword 'contains' at {ptr} with more than "
                                f"{MAX_CONTAINS_COUNT} counted items")
-        other = self.merge(items, self.negate(schema["contains"], f"{ptr}/contains", [2000]),
+        other = self.merge(items, self.negate(schema["contains"], f"{ptr}/contains", [MERGE_BUDGET]),
                            f"{ptr}/contains")
         plain = self.share(self.schema(other, f"{ptr}/contains", depth + 1), "item")
         alternatives: List[Maybe] = []
@@ -1822,7 +1829,7 @@ class _Converter:
     def names_dfa(self, names_schema: Any, ptr: str):
         """(the key values propertyNames admits as a DFA, whether its enum/const lists them:
         then the schema names each key, which is spelled as ``named_string`` spells it)."""
-        flat = self.normal(names_schema, ptr, [2000])
+        flat = self.normal(names_schema, ptr, [MERGE_BUDGET])
         if flat is False:
             return dfa_ops.nothing(), False
         if any(k in flat for k in ("anyOf", "oneOf")):
@@ -2032,7 +2039,15 @@ class _Converter:
         return schema
 
     def type_set(self, schema: Any) -> set:
-        """Types the schema's values may have ('number' meaning non-integral numbers)."""
+        """Types the schema's values may have ('number' meaning non-integral numbers). Cached
+        per schema object (kept alive by the entry), as ``disjoint`` is."""
+        key = ("type_set", id(schema))
+        hit = self.cache.get(key)
+        if hit is None or hit[0] is not schema:
+            hit = self.cache[key] = (schema, self._type_set(schema))
+        return hit[1]
+
+    def _type_set(self, schema: Any) -> set:
         schema = self.deref(schema)
         everything = {"null", "boolean", "integer", "number", "string", "array", "object"}
         if schema is False:
@@ -2065,12 +2080,32 @@ class _Converter:
         return None
 
     def disjoint(self, a: Any, b: Any) -> bool:
+        """No value satisfies both (a sound, incomplete test). Cached per pair of schema
+        objects (the entry keeps them alive so their ids stay unique)."""
+        key = ("disjoint", id(a), id(b))
+        hit = self.cache.get(key)
+        if hit is None or hit[0] is not a or hit[1] is not b:
+            hit = self.cache[key] = (a, b, self._disjoint(a, b))
+        return hit[2]
+
+    def _disjoint(self, a: Any, b: Any) -> bool:
         types_a, types_b = self.type_set(a), self.type_set(b)
         if not types_a & types_b:
             return True
         values_a, values_b = self.value_set(a), self.value_set(b)
         if values_a is not None and values_b is not None and not values_a & values_b:
             return True
+        # A value of anyOf/oneOf(s_1..s_k) satisfies some s_i (sibling keywords only narrow
+        # it): disjoint from every s_i is disjoint. Nested oneOfs whose branches are proven
+        # apart this way need no complements (which multiply with the nesting depth).
+        for one, other in ((a, b), (b, a)):
+            one = self.deref(one)
+            if isinstance(one, dict):
+                for keyword in ("anyOf", "oneOf"):
+                    subs = one.get(keyword)
+                    if isinstance(subs, list) and subs and \
+                            all(self.disjoint(sub, other) for sub in subs):
+                        return True
         if types_a == {"object"} == types_b:
             a, b = self.deref(a), self.deref(b)
             props_a, props_b = a.get("properties", {}), b.get("properties", {})
@@ -2134,16 +2169,38 @@ class _Converter:
 
     def exclusive_branches(self, branches: list, ptr: str) -> Optional[list]:
         """``oneOf(b_1..b_k)`` as disjoint anyOf branches ``b_i and not b_j (j != i)``, or None
-        when a complement is not expressible or the merge grows too large."""
+        when a complement is not expressible or the merges grow too large.
+
+        Each branch's merge may take MERGE_BUDGET normalisations; all the complements built
+        for one top-level oneOf, those of the oneOfs nested in it included, share
+        COMPLEMENT_BUDGET. The complement of a nested oneOf holds the complements of the levels
+        below, and merging builds new branch lists (so the per-list cache misses): without the
+        shared bound the work multiplied with the depth. Past it the oneOf is not made
+        exclusive (None: relaxed to anyOf, or refused in the compliant mode)."""
+        top = self.complement_budget is None
+        if top:
+            self.complement_budget = [COMPLEMENT_BUDGET]
+        shared = self.complement_budget
         out = []
         try:
             for i, branch in enumerate(branches):
+                allotted = min(MERGE_BUDGET, shared[0])
+                if allotted <= 0:
+                    return None
+                local = [allotted]
                 others = [{"not": other} for j, other in enumerate(branches) if j != i]
-                merged = self.merge({"allOf": [branch] + others}, {}, f"{ptr}/oneOf/{i}")
+                try:
+                    merged = self.merge({"allOf": [branch] + others}, {}, f"{ptr}/oneOf/{i}",
+                                        local)
+                finally:
+                    shared[0] -= allotted - local[0]
                 if merged is not False:
                     out.append(merged)
         except GrammarError:
             return None
+        finally:
+            if top:
+                self.complement_budget = None
         return out or [False]
 
     def provably_disjoint(self, branches: list) -> bool:
