@@ -1,4 +1,4 @@
-"""Front-end time on hostile schema shapes: nested oneOf chains (CPU, no vocabulary).
+"""Front-end time on hostile schema shapes: nested oneOf chains, long prefixItems (CPU).
 
 Shape: ``oneOf: [<the chain one level down>, b_i]`` ``depth`` levels deep, b_i either the
 string "v<i>" (disjoint from everything below: the branches can be proven apart) or the
@@ -8,7 +8,8 @@ disjoint without complements; a complement of a nested oneOf contains the comple
 levels below, so building them is exponential in the depth unless bounded — the merge budget
 (``MERGE_BUDGET`` normalisations per top-level merge, shared by the oneOfs nested in it)
 bounds it, after which the oneOf is compiled as anyOf with a warning (or refused in the
-compliant mode).
+compliant mode). Also ``prefixItems`` of k integers (``items: false``): what may follow
+the n-th item is one rule per n, linear in k (one alternative per item count was quadratic).
 
 Usage: python profiling/bench_hostile.py [--depths 5 10 15 20 50 100] [--timeout 60]
 Prints a table and writes JSON (profiling/results/bench_hostile.json or --out).
@@ -69,6 +70,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depths", type=int, nargs="+", default=[5, 10, 15, 20, 50, 100])
     parser.add_argument("--timeout", type=int, default=60)
+    parser.add_argument("--prefix-items", type=int, nargs="+", default=[100, 1000, 3000],
+                        help="also: an array of this many prefixItems (depth = the count)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     rows = []
@@ -80,6 +83,11 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             if row["outcome"].startswith("timeout"):
                 break  # deeper ones take longer still
+    for count in args.prefix_items:
+        schema = {"type": "array", "prefixItems": [{"type": "integer"}] * count, "items": False}
+        row = {"branches": "prefixItems", "depth": count, **convert(schema, args.timeout)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     print_table(rows, ["branches", "depth", "ms", "outcome"])
     out = Path(args.out) if args.out else RESULTS / "bench_hostile.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -609,6 +609,7 @@ class _Converter:
         self.coerce_one_of = coerce_one_of  # an inexpressible oneOf: anyOf (warned) or refused
         self.any_spelling = any_string_spelling  # named strings: every spelling, or canonical only
         self.rules: Dict[str, Optional[Expr]] = {}
+        self.rule_numbers: Dict[str, int] = {}
         self.ref_rules: Dict[Tuple[str, int], str] = {}
         self.rule_pointer: Dict[str, str] = {}
         self.referenced: set = set()
@@ -624,10 +625,13 @@ class _Converter:
     # -- rules
     def new_rule(self, hint: str) -> str:
         base = re.sub(r"[^A-Za-z0-9_]", "_", hint)[:40] or "r"
-        name, n = base, 1
+        # the next number to try per base name (not a scan from 1: thousands of rules share one)
+        n = self.rule_numbers.get(base, 1)
+        name = base if n == 1 else f"{base}_{n}"
         while name in self.rules or name == "root":
             n += 1
             name = f"{base}_{n}"
+        self.rule_numbers[base] = n + 1
         self.rules[name] = None  # reserved; the body comes later
         return name
 
@@ -1661,19 +1665,18 @@ class _Converter:
         if lo == 0:
             alternatives.append(fmt.empty("[]"))
         k = len(parts)
-        for n in range(1, k + 1):  # n prefix items present; fewer than k leaves no room for rest
-            if parts[n - 1] is None:
-                break
-            body: List[Maybe] = []
-            for i in range(n):
-                body += ([sep] if i else []) + [parts[i]]
-            if n < k:
-                if lo <= n and (hi is None or n <= hi):
-                    alternatives.append(_seq(open_, *body, close))
-                continue
+        if k:
+            # What may follow the n-th prefix item (n = k .. 1), built from the end: the array
+            # may close after n items when n is within [minItems, maxItems] (after all k, the
+            # rest items follow); or the next prefix item comes. Each a rule, so that k items
+            # take O(k) grammar, not the O(k^2) of one alternative per count.
             more_lo, more_hi = max(0, lo - k), (None if hi is None else hi - k)
-            if more_hi is None or more_hi >= more_lo:
-                alternatives.append(_seq(open_, *body, _rep(_seq(sep, rest), more_lo, more_hi), close))
+            after: Maybe = _rep(_seq(sep, rest), more_lo, more_hi) \
+                if more_hi is None or more_hi >= more_lo else None
+            for n in range(k - 1, 0, -1):
+                stop = EMPTY if lo <= n and (hi is None or n <= hi) else None
+                after = self.share(_alt(stop, _seq(sep, parts[n], after)), "items_after")
+            alternatives.append(_seq(open_, parts[0], after, close))
         if k == 0 and rest is not None:
             first = max(1, lo)
             if hi is None or hi >= first:
