@@ -10,6 +10,8 @@ levels below, so building them is exponential in the depth unless bounded — th
 bounds it, after which the oneOf is compiled as anyOf with a warning (or refused in the
 compliant mode). Also ``prefixItems`` of k integers (``items: false``): what may follow
 the n-th item is one rule per n, linear in k (one alternative per item count was quadratic).
+And ``minLength`` n compiled whole with an empty vocabulary: ~10 automaton nodes per required
+character (a UTF-8 character class), linear in n.
 
 Usage: python profiling/bench_hostile.py [--depths 5 10 15 20 50 100] [--timeout 60]
 Prints a table and writes JSON (profiling/results/bench_hostile.json or --out).
@@ -28,6 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, machine, print_table  # noqa: E402
 
 from gxg.grammar import Grammar, GrammarError  # noqa: E402
+from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
+from gxg.tokenizer import TokenizerInfo, VocabType  # noqa: E402
 
 
 def one_of_chain(depth: int, overlapping: bool) -> dict:
@@ -47,14 +51,19 @@ def _alarm(signum, frame):
     raise _Timeout()
 
 
-def convert(schema: dict, timeout: int) -> dict:
+def convert(schema: dict, timeout: int, compile_too: bool = False) -> dict:
+    """Time of the front end (``compile_too``: and of the whole compile, with an empty
+    vocabulary: automaton and mask cache without a vocabulary walk)."""
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            Grammar.from_json_schema(schema)
+            grammar = Grammar.from_json_schema(schema)
+            if compile_too:
+                GrammarCompiler(TokenizerInfo([], VocabType.RAW, vocab_size=1),
+                                cache_enabled=False).compile_grammar(grammar)
             outcome = "relaxed" if any("compiled as anyOf" in str(w.message) for w in caught) \
                 else "exact"
         except GrammarError:
@@ -72,6 +81,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=int, default=60)
     parser.add_argument("--prefix-items", type=int, nargs="+", default=[100, 1000, 3000],
                         help="also: an array of this many prefixItems (depth = the count)")
+    parser.add_argument("--min-length", type=int, nargs="+", default=[500, 1000, 2000, 4000],
+                        help="also: a string of at least this many characters, fully compiled")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     rows = []
@@ -86,6 +97,11 @@ def main() -> None:
     for count in args.prefix_items:
         schema = {"type": "array", "prefixItems": [{"type": "integer"}] * count, "items": False}
         row = {"branches": "prefixItems", "depth": count, **convert(schema, args.timeout)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    for length in args.min_length:
+        row = {"branches": "minLength (full compile)", "depth": length,
+               **convert({"type": "string", "minLength": length}, args.timeout, True)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     print_table(rows, ["branches", "depth", "ms", "outcome"])
