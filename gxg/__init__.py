@@ -26,6 +26,7 @@ _LAZY = {
     "DeserializeFormatError": "gxg.grammar_compiler",
     "GrammarMatcher": "gxg.matcher",
     "GrammarRuntimeError": "gxg.matcher",
+    "CompileTimeoutError": "gxg.compile_budget",
     "allocate_token_bitmask": "gxg.matcher",
     "apply_token_bitmask_inplace": "gxg.matcher",
     "get_bitmask_shape": "gxg.matcher",

@@ -21,6 +21,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from gxg import compile_budget
 from gxg.compiler.automaton import Automaton, build_automaton
 from gxg.compiler.completion import CompletionDistances, completion_distances
 from gxg.compiler.mask_cache import (
@@ -196,7 +197,8 @@ class GrammarCompiler:
     calling thread (its per-token work is vectorised numpy)."""
 
     def __init__(self, tokenizer_info: TokenizerInfo, *, max_threads: int = 8,
-                 cache_enabled: bool = True, cache_limit_bytes: int = -1):
+                 cache_enabled: bool = True, cache_limit_bytes: int = -1,
+                 compile_timeout: Optional[float] = None):
         if not isinstance(tokenizer_info, TokenizerInfo):
             raise ValueError("GrammarCompiler needs a gxg.TokenizerInfo, got "
                              f"{type(tokenizer_info).__name__}")
@@ -204,6 +206,12 @@ class GrammarCompiler:
         self.max_threads = max_threads
         self.cache_enabled = cache_enabled
         self.cache_limit_bytes = cache_limit_bytes
+        # seconds one compile_* call may take (front end, passes, automaton, mask cache) before
+        # it stops with CompileTimeoutError (a GrammarError); None: no limit. Not XGrammar's
+        # (it has none): what serving engines ask for to bound a hostile schema.
+        with compile_budget.within(compile_timeout):
+            pass  # checks the value
+        self.compile_timeout = compile_timeout
         self._cache: "OrderedDict[tuple, CompiledGrammar]" = OrderedDict()
         self._lock = threading.Lock()
         self._trie: Optional[TokenTrie] = None  # the vocabulary's token trie, built once
@@ -245,7 +253,9 @@ class GrammarCompiler:
     # ------------------------------------------------------------------ cache
     def _compiled(self, key: tuple, make_grammar) -> CompiledGrammar:
         if not self.cache_enabled:
-            return compile_grammar_ir(make_grammar(), self.tokenizer_info, self._token_trie())
+            trie = self._token_trie()  # per vocabulary, not per compile: outside the deadline
+            with compile_budget.within(self.compile_timeout):
+                return compile_grammar_ir(make_grammar(), self.tokenizer_info, trie)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -258,8 +268,9 @@ class GrammarCompiler:
         if not owner:
             return pending.result()
         try:
-            compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info,
-                                          self._token_trie())
+            trie = self._token_trie()
+            with compile_budget.within(self.compile_timeout):
+                compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, trie)
         except BaseException as error:
             with self._lock:
                 del self._pending[key]

@@ -75,6 +75,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence as Seq, Tuple
 
 import numpy as np
 
+from gxg import compile_budget
 from gxg.grammar.ir import (
     children,
     CharClass,
@@ -1125,6 +1126,7 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     dfas: List[_RuleDfa] = []
     budget = max_nodes
     for name, body in zip(names, bodies):
+        compile_budget.check("the automaton", name)
         nfa = _NfaBuilder(name, rule_ids, max_nodes, fragments).build(body)
         dfa = _determinise(nfa, name, budget, max_nodes)
         budget -= dfa.num_states
@@ -1133,6 +1135,7 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     # 3-4: dead parts, then minimisation
     if not _nothing_can_be_dead(bodies, rule_ids, fragments):
         _prune_dead(dfas)
+    compile_budget.check("the automaton's minimisation")
     dfas = [_minimise(dfa) for dfa in dfas]
 
     # 5: tables

@@ -27,6 +27,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from gxg import compile_budget
 from gxg.layout import bitmask_words
 from gxg.compiler.automaton import Automaton
 from gxg.compiler.stack_walk import StackWalker
@@ -164,6 +165,7 @@ def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,
     nodes = np.nonzero(automaton.is_scannable)[0].astype(np.int32)
     entries = []
     for chunk in range(0, len(nodes), NODES_PER_WALK):
+        compile_budget.check("the token-mask cache")
         part = nodes[chunk: chunk + NODES_PER_WALK]
         entries.extend(adaptive_entry(accepted, uncertain, trie.num_tokens)
                        for accepted, uncertain in classify_nodes(walk, classes_of, trie, part))
@@ -292,6 +294,7 @@ def build_context_pairs(automaton: Automaton, cache: MaskCache, token_bytes: np.
         if len(uncertain) == 0:
             continue
         for r in sorted(below[int(automaton.node_rule[node])]):
+            compile_budget.check("the context pairs")
             if r < 0:
                 start = bottom.intern(frozenset({((node,), False, None)}))
                 final = bottom.walk_pairs(np.full(len(uncertain), start, np.int32), uncertain)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, Optional, Sequence as Seq, Set, Tuple
 
+from gxg import compile_budget
 from gxg.graphs import strongly_connected_components
 from gxg.grammar.ir import (
     MAX_CODE_POINT,
@@ -775,8 +776,8 @@ def prepare(grammar: Grammar) -> Grammar:
          ``root_wrapper ::= root``, ``root ::= MATCHES_NOTHING``.
     """
     grammar = _unwrap_root(grammar)
-    grammar = eliminate_left_recursion(grammar)
-    grammar = remove_dead_rules(grammar)
-    grammar = inline_small_rules(grammar)
-    grammar = remove_dead_rules(grammar)
+    for grammar_pass in (eliminate_left_recursion, remove_dead_rules, inline_small_rules,
+                         remove_dead_rules):
+        compile_budget.check("the grammar passes", grammar_pass.__name__)
+        grammar = grammar_pass(grammar)
     return wrap_root(grammar)

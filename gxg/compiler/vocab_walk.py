@@ -20,6 +20,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from gxg import compile_budget
 from gxg.compiler.stack_walk import EMPTY_CONFIG, Config, StackWalker
 
 DEAD = 0
@@ -211,6 +212,7 @@ def walk_trie(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray):
     found = []
     dense_origins, dense_states = np.zeros(0, np.int64), None
     for d in range(1, trie.max_depth + 1):
+        compile_budget.check("the vocabulary walk")
         lo = trie.level_child_lo[d - 1][nodes]
         counts = trie.level_child_hi[d - 1][nodes] - lo
         ends_cumulative = np.cumsum(counts)
@@ -256,6 +258,7 @@ def _walk_dense(walk, trie: TokenTrie, origins: np.ndarray, states: np.ndarray, 
     """Levels ``depth`` .. max of the trie for the given origins, whole levels at a time;
     ``states`` [origins, size of level depth-1] holds their states one level up."""
     for d in range(depth, trie.max_depth + 1):
+        compile_budget.check("the vocabulary walk")
         keys = states[:, trie.level_parent[d]]  # int32: state * 256 stays below 2**31
         keys <<= 8
         keys |= trie.level_byte[d]

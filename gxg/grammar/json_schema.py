@@ -153,6 +153,7 @@ from decimal import Decimal
 from typing import Any, Dict, List, Optional, Sequence as Seq, Tuple
 from urllib.parse import unquote
 
+from gxg import compile_budget
 from gxg.grammar import code_point_dfa as dfa_ops
 from gxg.graphs import reaching
 from gxg.grammar.code_point_dfa import dfa_to_expr
@@ -847,6 +848,7 @@ class _Converter:
         because two anyOf branches together evaluate its properties is rejected (narrowing).
         Refused where a negation is involved (not, if, dependentSchemas): the properties of a
         failed subschema are not evaluated, but its negation would declare them."""
+        compile_budget.check("the JSON Schema converter", ptr)
         props = siblings.pop("unevaluatedProperties", None)
         items = siblings.pop("unevaluatedItems", None)
         keyword = "unevaluatedProperties" if props is not None else "unevaluatedItems"
@@ -889,6 +891,8 @@ class _Converter:
                         seen.add(value)
                         try:
                             todo.append(_resolve_pointer(self.root, value, "#")[0])
+                        except compile_budget.CompileTimeoutError:
+                            raise  # a deadline is not an inexpressible schema
                         except GrammarError:
                             pass
                     else:
@@ -901,6 +905,7 @@ class _Converter:
     def normal(self, schema: Any, ptr: str, budget: List[int]) -> Any:
         """``schema`` without annotations, top-level $ref, allOf and the EXPANDED keywords
         (False, or a dict; it may hold anyOf/oneOf)."""
+        compile_budget.check("the JSON Schema converter", ptr)
         budget[0] -= 1
         if budget[0] < 0:
             raise GrammarError(f"unsupported keyword 'allOf' at {ptr}: the merge does not terminate "
@@ -1406,6 +1411,8 @@ class _Converter:
                 exclusive_minimum=bounds.get("exclusiveMinimum"),
                 exclusive_maximum=bounds.get("exclusiveMaximum"),
                 multiple_of=bounds.get("multipleOf"), new_rule=self.add_rule)
+        except compile_budget.CompileTimeoutError:
+            raise  # a deadline is not an inexpressible schema
         except GrammarError as exc:
             raise GrammarError(f"{exc.message} (at {ptr})") from None
         expr = self.share(expr, "integer" if integer else "number")
@@ -1481,6 +1488,8 @@ class _Converter:
         if key not in self.cache:
             try:
                 self.cache[key] = regex_to_grammar(regex, search=search, dot_all=False)
+            except compile_budget.CompileTimeoutError:
+                raise  # a deadline is not an inexpressible schema
             except GrammarError as exc:
                 raise GrammarError(f"unsupported keyword '{keyword}' at {ptr}: {regex!r}: {exc}") from None
         return self.cache[key]
@@ -2035,6 +2044,8 @@ class _Converter:
             seen = seen + (ref,)
             try:
                 schema, _ = _resolve_pointer(self.root, ref, "#")
+            except compile_budget.CompileTimeoutError:
+                raise  # a deadline is not an inexpressible schema
             except GrammarError:
                 return True
         if isinstance(schema, dict) and isinstance(schema.get("allOf"), list) and len(schema["allOf"]) == 1:
@@ -2199,6 +2210,8 @@ class _Converter:
                     shared[0] -= allotted - local[0]
                 if merged is not False:
                     out.append(merged)
+        except compile_budget.CompileTimeoutError:
+            raise  # a deadline is not an inexpressible schema
         except GrammarError:
             return None
         finally:

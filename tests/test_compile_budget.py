@@ -1,0 +1,72 @@
+"""``GrammarCompiler(compile_timeout=...)``: a compilation past its deadline stops with
+``CompileTimeoutError`` (a ``GrammarError`` naming where it stopped), from any stage; ordinary
+ones are unaffected; a timed-out key is not cached; bad values are refused."""
+from __future__ import annotations
+
+import pytest
+
+import gxg
+from gxg import compile_budget
+from gxg.grammar_compiler import GrammarCompiler
+from gxg.tokenizer import TokenizerInfo, VocabType
+
+INFO = TokenizerInfo([bytes([c]) for c in range(32, 127)] + [b"</s>"], VocabType.RAW,
+                     stop_token_ids=[95])
+SMALL = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+def slow_schema(depth: int = 100) -> dict:
+    """A oneOf chain with overlapping branches: seconds of complements (bench_hostile.py)."""
+    schema: dict = {"type": "string"}
+    for i in range(depth):
+        schema = {"oneOf": [schema, {"type": "integer", "minimum": i}]}
+    return schema
+
+
+def test_a_slow_compile_stops_with_a_grammar_error():
+    compiler = GrammarCompiler(INFO, compile_timeout=0.2)
+    with pytest.raises(gxg.CompileTimeoutError, match=r"compile_timeout=0\.2 s \(in the JSON"):
+        compiler.compile_json_schema(slow_schema())
+    assert issubclass(gxg.CompileTimeoutError, gxg.GrammarError)
+
+
+def test_ordinary_compiles_are_unaffected_and_timeouts_are_not_cached():
+    compiler = GrammarCompiler(INFO, compile_timeout=0.2)
+    assert compiler.compile_json_schema(SMALL) is compiler.compile_json_schema(SMALL)
+    with pytest.raises(gxg.CompileTimeoutError):
+        compiler.compile_json_schema(slow_schema(60))
+    compiler.compile_timeout = None          # the same key compiles now: nothing was cached
+    compiler.compile_json_schema(slow_schema(60))
+
+
+@pytest.mark.parametrize("stage", ["the grammar passes", "the automaton", "the token-mask cache",
+                                   "the vocabulary walk"])
+def test_every_later_stage_checks_the_deadline(stage, monkeypatch):
+    """A deadline that passes as the stage starts stops the compile there (the earlier stages'
+    checks are made to pass)."""
+    original = compile_budget.check
+
+    def check(name, where=None):
+        if name == stage:
+            monkeypatch.setattr(compile_budget.time, "monotonic", lambda: float("inf"))
+        original(name, where)
+
+    monkeypatch.setattr(compile_budget, "check", check)
+    compiler = GrammarCompiler(INFO, compile_timeout=30, cache_enabled=False)
+    with pytest.raises(gxg.CompileTimeoutError, match=f"in {stage}"):
+        compiler.compile_grammar('root ::= "[" [0-9]+ ("," [0-9]+)* "]"')
+
+
+@pytest.mark.parametrize("bad", [0, -1, "5", True, float("nan")])
+def test_bad_timeouts_are_refused(bad):
+    with pytest.raises(ValueError, match="compile_timeout"):
+        GrammarCompiler(INFO, compile_timeout=bad)
+
+
+def test_an_earlier_enclosing_deadline_holds():
+    with compile_budget.within(0.001):
+        with compile_budget.within(100):
+            compile_budget.time.sleep(0.01)
+            with pytest.raises(gxg.CompileTimeoutError, match="compile_timeout=0.001"):
+                compile_budget.check("a stage")
+    compile_budget.check("a stage")          # no deadline outside the blocks
