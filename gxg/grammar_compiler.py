@@ -22,7 +22,7 @@ from typing import Optional, Union
 import numpy as np
 
 from gxg import compile_budget
-from gxg.compiler.automaton import Automaton, build_automaton
+from gxg.compiler.automaton import DEFAULT_MAX_NODES, Automaton, build_automaton
 from gxg.compiler.completion import CompletionDistances, completion_distances
 from gxg.compiler.mask_cache import (
     ContextPairs, KernelMaskLayout, MaskCache, NodeTokenMask, StoreType, build_context_pairs,
@@ -182,11 +182,15 @@ def token_trie(tokenizer_info: TokenizerInfo) -> TokenTrie:
 
 
 def compile_grammar_ir(grammar: Grammar, tokenizer_info: TokenizerInfo,
-                       trie: Optional[TokenTrie] = None) -> CompiledGrammar:
+                       trie: Optional[TokenTrie] = None, *,
+                       max_automaton_nodes: int = DEFAULT_MAX_NODES,
+                       max_mask_cache_bytes: Optional[int] = None) -> CompiledGrammar:
     """Grammar IR -> passes -> automaton -> mask cache (``trie``: the vocabulary's token trie,
-    built here when not given)."""
-    automaton = build_automaton(prepare(grammar))
-    cache = build_mask_cache(automaton, trie if trie is not None else token_trie(tokenizer_info))
+    built here when not given). A grammar past a size budget (automaton nodes, mask-cache
+    bytes) is a GrammarError naming it, raised as soon as the budget is exceeded."""
+    automaton = build_automaton(prepare(grammar), max_nodes=max_automaton_nodes)
+    cache = build_mask_cache(automaton, trie if trie is not None else token_trie(tokenizer_info),
+                             max_bytes=max_mask_cache_bytes)
     return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
 
 
@@ -198,7 +202,9 @@ class GrammarCompiler:
 
     def __init__(self, tokenizer_info: TokenizerInfo, *, max_threads: int = 8,
                  cache_enabled: bool = True, cache_limit_bytes: int = -1,
-                 compile_timeout: Optional[float] = None):
+                 compile_timeout: Optional[float] = None,
+                 max_automaton_nodes: int = DEFAULT_MAX_NODES,
+                 max_mask_cache_bytes: Optional[int] = None):
         if not isinstance(tokenizer_info, TokenizerInfo):
             raise ValueError("GrammarCompiler needs a gxg.TokenizerInfo, got "
                              f"{type(tokenizer_info).__name__}")
@@ -212,6 +218,15 @@ class GrammarCompiler:
         with compile_budget.within(compile_timeout):
             pass  # checks the value
         self.compile_timeout = compile_timeout
+        # size budgets of one compile (GrammarError past them): automaton nodes, mask-cache bytes
+        for name, value, optional in (("max_automaton_nodes", max_automaton_nodes, False),
+                                      ("max_mask_cache_bytes", max_mask_cache_bytes, True)):
+            if not (optional and value is None) and (isinstance(value, bool) or
+                                                     not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int{' or None' if optional else ''}"
+                                 f", got {value!r}")
+        self.max_automaton_nodes = max_automaton_nodes
+        self.max_mask_cache_bytes = max_mask_cache_bytes
         self._cache: "OrderedDict[tuple, CompiledGrammar]" = OrderedDict()
         self._lock = threading.Lock()
         self._trie: Optional[TokenTrie] = None  # the vocabulary's token trie, built once
@@ -255,7 +270,8 @@ class GrammarCompiler:
         if not self.cache_enabled:
             trie = self._token_trie()  # per vocabulary, not per compile: outside the deadline
             with compile_budget.within(self.compile_timeout):
-                return compile_grammar_ir(make_grammar(), self.tokenizer_info, trie)
+                return compile_grammar_ir(make_grammar(), self.tokenizer_info, trie,
+                                          **self._budgets())
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -270,7 +286,8 @@ class GrammarCompiler:
         try:
             trie = self._token_trie()
             with compile_budget.within(self.compile_timeout):
-                compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, trie)
+                compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, trie,
+                                              **self._budgets())
         except BaseException as error:
             with self._lock:
                 del self._pending[key]
@@ -282,6 +299,10 @@ class GrammarCompiler:
             self._evict()
         pending.set_result(compiled)
         return compiled
+
+    def _budgets(self) -> dict:
+        return {"max_automaton_nodes": self.max_automaton_nodes,
+                "max_mask_cache_bytes": self.max_mask_cache_bytes}
 
     def _token_trie(self) -> TokenTrie:
         with self._lock:

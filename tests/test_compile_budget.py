@@ -1,6 +1,8 @@
 """``GrammarCompiler(compile_timeout=...)``: a compilation past its deadline stops with
 ``CompileTimeoutError`` (a ``GrammarError`` naming where it stopped), from any stage; ordinary
-ones are unaffected; a timed-out key is not cached; bad values are refused."""
+ones are unaffected; a timed-out key is not cached; bad values are refused. The size budgets
+(``max_automaton_nodes``, ``max_mask_cache_bytes``) stop a compile with a GrammarError naming
+them."""
 from __future__ import annotations
 
 import pytest
@@ -70,3 +72,25 @@ def test_an_earlier_enclosing_deadline_holds():
             with pytest.raises(gxg.CompileTimeoutError, match="compile_timeout=0.001"):
                 compile_budget.check("a stage")
     compile_budget.check("a stage")          # no deadline outside the blocks
+
+
+# ----------------------------------------------------------------------------- size budgets
+
+
+@pytest.mark.parametrize("budget,message", [
+    ({"max_automaton_nodes": 5}, "more than the limit of 5"),
+    ({"max_mask_cache_bytes": 1}, "max_mask_cache_bytes=1"),
+])
+def test_a_grammar_past_a_size_budget_is_a_grammar_error(budget, message):
+    compiler = GrammarCompiler(INFO, **budget)
+    with pytest.raises(gxg.GrammarError, match=message):
+        compiler.compile_json_schema(SMALL)
+    assert GrammarCompiler(INFO).compile_json_schema(SMALL) is not None   # the defaults hold it
+
+
+@pytest.mark.parametrize("name,bad", [("max_automaton_nodes", 0), ("max_automaton_nodes", None),
+                                      ("max_mask_cache_bytes", -5),
+                                      ("max_mask_cache_bytes", 1.5)])
+def test_bad_size_budgets_are_refused(name, bad):
+    with pytest.raises(ValueError, match=name):
+        GrammarCompiler(INFO, **{name: bad})

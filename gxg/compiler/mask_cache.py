@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from gxg import compile_budget
+from gxg.grammar.ir import GrammarError
 from gxg.layout import bitmask_words
 from gxg.compiler.automaton import Automaton
 from gxg.compiler.stack_walk import StackWalker
@@ -155,7 +156,8 @@ def adaptive_entry(accepted: np.ndarray, uncertain: np.ndarray, num_sorted: int
 
 
 def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,
-                     context_expansion: bool = True) -> MaskCache:
+                     context_expansion: bool = True,
+                     max_bytes: Optional[int] = None) -> MaskCache:
     """Classify the sorted vocabulary (as a trie) from every scannable node.
     ``context_expansion=False`` is the paper's baseline (for measurements only): a token that
     completes the node's rule with bytes left is uncertain whatever those bytes are."""
@@ -164,11 +166,18 @@ def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,
     classes_of = _StateClasses(walk)
     nodes = np.nonzero(automaton.is_scannable)[0].astype(np.int32)
     entries = []
+    total = 0
     for chunk in range(0, len(nodes), NODES_PER_WALK):
         compile_budget.check("the token-mask cache")
         part = nodes[chunk: chunk + NODES_PER_WALK]
-        entries.extend(adaptive_entry(accepted, uncertain, trie.num_tokens)
-                       for accepted, uncertain in classify_nodes(walk, classes_of, trie, part))
+        new = [adaptive_entry(accepted, uncertain, trie.num_tokens)
+               for accepted, uncertain in classify_nodes(walk, classes_of, trie, part)]
+        entries.extend(new)
+        total += sum(entry.nbytes for entry in new)
+        if max_bytes is not None and total > max_bytes:  # a size budget: stop, do not truncate
+            raise GrammarError(f"the token-mask cache needs more than max_mask_cache_bytes="
+                               f"{max_bytes} bytes ({total} after {len(entries)} of "
+                               f"{len(nodes)} nodes)")
     return MaskCache(trie.num_tokens, nodes, tuple(entries))
 
 
