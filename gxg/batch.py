@@ -80,14 +80,12 @@ class GrammarBatch:
         for name, array in zip(RuntimeState.FIELDS, host.arrays()):
             views[name].copy_(torch.from_numpy(array))
         views["limits"].copy_(torch.tensor(limits.row(self.vocab_size), dtype=torch.int32))
-        arena_views = self.arena.tensors()
+        every = {**self.arena.tensors(), **views}
         # Device addresses of every buffer, in the layout's order (csrc/automaton.cu, P_*).
         views["pointer_table"].copy_(torch.tensor(
-            [(views.get(buf.name) if buf.name in views else arena_views[buf.name]).data_ptr()
-             for buf in layout.BUFFERS], dtype=torch.int64))
-        views["dims"].copy_(torch.tensor(
-            [dict(dims, NB=len(layout.BUFFERS), ND=len(layout.DIMS))[d] for d in layout.DIMS],
-            dtype=torch.int64))
+            [every[buf.name].data_ptr() for buf in layout.BUFFERS], dtype=torch.int64))
+        full = layout.with_counts(dims)
+        views["dims"].copy_(torch.tensor([full[d] for d in layout.DIMS], dtype=torch.int64))
         self._views = views
         self._arena_tensors = self.arena.op_tensors()
         self._field = {name: views[name] for name in RuntimeState.FIELDS}

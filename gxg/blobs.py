@@ -13,7 +13,7 @@ The layout (order, dtypes, shapes, alignment) is ``gxg.layout``'s; nothing here 
 """
 from __future__ import annotations
 
-from typing import Dict, Tuple
+from typing import Dict, Iterator, Tuple
 
 import numpy as np
 import torch
@@ -21,37 +21,33 @@ import torch
 from gxg import layout
 
 
-def _shape(name: str, dims: Dict[str, int]) -> Tuple[int, ...]:
-    return layout.shape_of(name, dict(dims, NB=len(layout.BUFFERS), ND=len(layout.DIMS)))
+def _spans(blob: str, dims: Dict[str, int]) -> Iterator[Tuple[str, int, int, Tuple[int, ...]]]:
+    """(name, byte offset, byte count, shape) of every buffer of ``blob``."""
+    offsets, _ = layout.blob_layout(blob, dims)
+    full = layout.with_counts(dims)
+    for name, start in offsets.items():
+        shape = layout.shape_of(name, full)
+        count = int(np.prod(shape, dtype=np.int64)) * layout.DTYPE_BYTES[layout.buffer(name).dtype]
+        yield name, start, count, shape
 
 
 def allocate(blob: str, dims: Dict[str, int], device, rows: int
              ) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
     """A zeroed blob of ``rows`` rows and a view per buffer."""
-    offsets, nbytes = layout.blob_layout(blob, dims)
+    _, nbytes = layout.blob_layout(blob, dims)
     rows = max(1, rows)
     data = torch.zeros((rows, max(1, -(-nbytes // rows))), dtype=torch.uint8, device=device)
     flat = data.view(-1)
-    views = {}
-    for name, start in offsets.items():
-        shape = _shape(name, dims)
-        dtype = getattr(torch, layout.buffer(name).dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        views[name] = flat[start: start + count * dtype.itemsize].view(dtype).view(shape)
-    return data, views
+    return data, {name: flat[start: start + count]
+                  .view(getattr(torch, layout.buffer(name).dtype)).view(shape)
+                  for name, start, count, shape in _spans(blob, dims)}
 
 
 def numpy_views(data: np.ndarray, blob: str, dims: Dict[str, int]) -> Dict[str, np.ndarray]:
     """The buffers of a blob held as a numpy uint8 array (a CPU blob's ``.numpy()``)."""
-    offsets, _ = layout.blob_layout(blob, dims)
     flat = data.reshape(-1)
-    views = {}
-    for name, start in offsets.items():
-        shape = _shape(name, dims)
-        dtype = np.dtype(layout.buffer(name).dtype)
-        count = int(np.prod(shape, dtype=np.int64))
-        views[name] = flat[start: start + count * dtype.itemsize].view(dtype).reshape(shape)
-    return views
+    return {name: flat[start: start + count].view(layout.buffer(name).dtype).reshape(shape)
+            for name, start, count, shape in _spans(blob, dims)}
 
 
 def header_dims(runtime: np.ndarray) -> Dict[str, int]:

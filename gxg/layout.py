@@ -29,12 +29,14 @@ Dimension symbols in ``dims`` (sizes fixed when a batch or arena is made):
 from __future__ import annotations
 
 import enum
+import functools
+import types
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Mapping, Tuple
 
 __all__ = ["Buffer", "BUFFERS", "GROUPS", "BLOBS", "DIMS", "ALIGNMENT", "NodeFlag", "ErrorCode",
            "LIMITS_ROW", "KERNEL_CONSTANTS", "names", "buffer", "pointer_index", "shape_of",
-           "blob_layout", "blob_names", "cuda_header", "bitmask_words"]
+           "blob_layout", "blob_names", "with_counts", "cuda_header", "bitmask_words"]
 
 GROUPS = ("header", "state", "arena", "scratch")
 
@@ -217,11 +219,22 @@ def blob_names(blob: str) -> List[str]:
     return [b.name for b in BUFFERS if b.group in BLOBS[blob]]
 
 
-def blob_layout(blob: str, dims: Dict[str, int]) -> Tuple[Dict[str, int], int]:
+def with_counts(dims: Dict[str, int]) -> Dict[str, int]:
+    """``dims`` with the table's own sizes filled in: NB buffers, ND dimension symbols."""
+    return dict(dims, NB=len(BUFFERS), ND=len(DIMS))
+
+
+def blob_layout(blob: str, dims: Dict[str, int]) -> Tuple[Mapping[str, int], int]:
     """Byte offset of each buffer of ``blob`` and the blob's size, for these dimension values
     (``NB`` and ``ND`` are filled in): the buffers in table order, each at the next multiple of
-    ALIGNMENT."""
-    dims = dict(dims, NB=len(BUFFERS), ND=len(DIMS))
+    ALIGNMENT. Cached per (blob, dimension values): the CPU ops ask on every call."""
+    return _blob_layout(blob, tuple(sorted(with_counts(dims).items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _blob_layout(blob: str, dims_items: Tuple[Tuple[str, int], ...]
+                 ) -> Tuple[Mapping[str, int], int]:
+    dims = dict(dims_items)
     offsets: Dict[str, int] = {}
     end = 0
     for name in blob_names(blob):
@@ -231,7 +244,7 @@ def blob_layout(blob: str, dims: Dict[str, int]) -> Tuple[Dict[str, int], int]:
         for size in shape_of(name, dims):
             count *= size
         end = start + count * DTYPE_BYTES[_BY_NAME[name].dtype]
-    return offsets, -(-end // ALIGNMENT) * ALIGNMENT
+    return types.MappingProxyType(offsets), -(-end // ALIGNMENT) * ALIGNMENT
 
 
 def bitmask_words(vocab_size: int) -> int:

@@ -2336,16 +2336,12 @@ def check_keyword_types(root: Any) -> None:
                 pending.extend((sub, f"{ptr}/{key}/{i}") for i, sub in enumerate(schema[key]))
         for key in _SUBSCHEMA_MAP:
             if isinstance(schema.get(key), dict):
-                pending.extend((sub, f"{ptr}/{key}/{_escape_pointer(name)}")
+                pending.extend((sub, f"{ptr}/{key}/{_escape_token(name)}")
                                for name, sub in schema[key].items())
 
 
 def _shallow(value: Any) -> bool:
     return not isinstance(value, (dict, list))
-
-
-def _escape_pointer(name: str) -> str:
-    return str(name).replace("~", "~0").replace("/", "~1")
 
 
 def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: Optional[int] = None,
