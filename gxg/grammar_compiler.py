@@ -4,6 +4,9 @@ In:  a ``TokenizerInfo`` and grammars (EBNF text, ``Grammar`` IR, regex, the bui
      grammar).
 Out: ``CompiledGrammar``: the grammar, the tokenizer info, the byte-level automaton and the
      adaptive token-mask cache (plus the kernel layout derived from it), serialisable to bytes.
+     The mask cache is lazy by default: a node's entry is computed the first time a fill
+     reaches it (``GrammarCompiler(mask_cache="eager")`` computes them all while compiling,
+     ``"background"`` on a thread after compiling); the device arena asks for all of them.
 
 ``GrammarCompiler`` keeps a thread-safe LRU cache of compiled grammars keyed by what was asked
 for (kind, text, options), bounded by ``cache_limit_bytes`` (-1: unbounded).
@@ -25,8 +28,8 @@ from gxg import compile_budget
 from gxg.compiler.automaton import DEFAULT_MAX_NODES, Automaton, build_automaton
 from gxg.compiler.completion import CompletionDistances, completion_distances
 from gxg.compiler.mask_cache import (
-    ContextPairs, KernelMaskLayout, MaskCache, NodeTokenMask, StoreType, build_context_pairs,
-    build_mask_cache, kernel_layout,
+    ContextPairs, KernelMaskLayout, MaskCache, NodeClassifier, NodeMasks, NodeTokenMask,
+    StoreType, build_context_pairs, build_mask_cache, kernel_layout,
 )
 from gxg.compiler.passes import prepare
 from gxg.compiler.vocab_walk import TokenTrie
@@ -34,7 +37,9 @@ from gxg.grammar.ir import Grammar
 from gxg.grammar.json_schema import deep_recursion, load_schema
 from gxg.tokenizer import TokenizerInfo
 
-SERIALIZATION_VERSION = "gxg-1"
+SERIALIZATION_VERSION = "gxg-2"  # gxg-1 (every entry stored) is still read
+MASK_CACHE_MODES = ("lazy", "eager", "background")
+BACKGROUND_NODES = 8  # nodes per walk of the background build (bounds a fill's wait for it)
 
 
 class DeserializeFormatError(RuntimeError):
@@ -50,10 +55,22 @@ class CompiledGrammar:
     _layout: Optional[KernelMaskLayout] = field(default=None, repr=False)
     _context_pairs: Optional[ContextPairs] = field(default=None, repr=False)
     _completion: Optional[CompletionDistances] = field(default=None, repr=False)
+    _node_masks: Optional[NodeMasks] = field(default=None, repr=False)
+
+    @property
+    def node_masks(self) -> NodeMasks:
+        """What the CPU fill reads per node (dense accept row, uncertain tokens), from the
+        mask cache as the fill reaches the nodes (created on first use; kept)."""
+        if self._node_masks is None:
+            info = self.tokenizer_info
+            self._node_masks = NodeMasks(self.mask_cache, info.sorted_token_ids,
+                                         info.vocab_size)
+        return self._node_masks
 
     @property
     def kernel_layout(self) -> KernelMaskLayout:
-        """Dense accept rows + uncertain CSR (derived from the cache on first use; cached)."""
+        """Dense accept rows + uncertain CSR of every node (derived from the cache on first
+        use, which computes the entries a lazy cache still lacks; cached)."""
         if self._layout is None:
             self._layout = kernel_layout(self.mask_cache, self.automaton.num_nodes,
                                          self.tokenizer_info.sorted_token_ids,
@@ -80,13 +97,15 @@ class CompiledGrammar:
 
     @property
     def memory_size_bytes(self) -> int:
-        """Bytes of the automaton tables and the adaptive mask cache (host storage)."""
+        """Bytes of the automaton tables and the adaptive mask cache's stored entries (host
+        storage; a lazy cache grows as nodes are reached)."""
         tables = sum(value.nbytes for value in self.automaton.__dict__.values()
                      if isinstance(value, np.ndarray))
         return int(tables + self.mask_cache.memory_size_bytes)
 
     def node_statistics(self) -> dict:
-        """Uncertain tokens per cached node (count, max, mean) and storage kinds."""
+        """Uncertain tokens per cached node (count, max, mean) and storage kinds (computes
+        every entry of a lazy cache)."""
         counts = self.mask_cache.uncertain_counts()
         kinds = [entry.store_type.name for entry in self.mask_cache.entries]
         return {
@@ -101,8 +120,11 @@ class CompiledGrammar:
     def serialize(self) -> bytes:
         arrays = {f"automaton.{name}": value for name, value in self.automaton.__dict__.items()
                   if isinstance(value, np.ndarray)}
-        entries = self.mask_cache.entries
-        arrays["cache.nodes"] = self.mask_cache.nodes
+        cache = self.mask_cache
+        computed = cache.computed_nodes()  # what was computed is kept; the rest stays lazy
+        entries = cache.entries_of(computed.tolist())
+        arrays["cache.nodes"] = cache.nodes
+        arrays["cache.computed"] = computed
         arrays["cache.store"] = np.array([e.store_type for e in entries], dtype=np.int8)
         for part in ("indices", "bitset", "uncertain"):
             values = [getattr(e, part) for e in entries]
@@ -130,7 +152,7 @@ class CompiledGrammar:
             header = json.loads(bytes(archive["header"]).decode())
         except Exception as exc:  # any parse failure is a format error for the caller
             raise DeserializeFormatError(f"not a serialized gxg CompiledGrammar: {exc}") from exc
-        if header.get("version") != SERIALIZATION_VERSION:
+        if header.get("version") not in (SERIALIZATION_VERSION, "gxg-1"):
             raise DeserializeFormatError(
                 f"serialization version {header.get('version')!r}, expected "
                 f"{SERIALIZATION_VERSION!r}")
@@ -143,15 +165,20 @@ class CompiledGrammar:
                   if name.startswith("automaton.")}
         automaton = Automaton(rule_names=tuple(header["rule_names"]),
                               root_rule=int(header["root_rule"]), **fields)
-        entries = []
+        nodes = archive["cache.nodes"]
+        computed = archive["cache.computed"] if "cache.computed" in archive.files else nodes
+        entries = {}
         parts = {part: (archive[f"cache.{part}"], archive[f"cache.{part}.offsets"])
                  for part in ("indices", "bitset", "uncertain")}
-        for i, store in enumerate(archive["cache.store"].tolist()):
+        for i, (node, store) in enumerate(zip(computed.tolist(),
+                                              archive["cache.store"].tolist())):
             pieces = {part: values[offsets[i]: offsets[i + 1]]
                       for part, (values, offsets) in parts.items()}
-            entries.append(NodeTokenMask(StoreType(store), pieces["indices"], pieces["bitset"],
-                                         pieces["uncertain"]))
-        cache = MaskCache(int(header["num_sorted"]), archive["cache.nodes"], tuple(entries))
+            entries[node] = NodeTokenMask(StoreType(store), pieces["indices"], pieces["bitset"],
+                                          pieces["uncertain"])
+        classify = None if len(entries) == len(nodes) else \
+            _deferred_classifier(automaton, tokenizer_info)
+        cache = MaskCache(int(header["num_sorted"]), nodes, classify, entries)
         return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
 
 
@@ -181,16 +208,31 @@ def token_trie(tokenizer_info: TokenizerInfo) -> TokenTrie:
                      tokenizer_info.common_prefix_len)
 
 
+def _deferred_classifier(automaton: Automaton, tokenizer_info: TokenizerInfo):
+    """A node classifier built on its first call (the token trie costs a vocabulary pass: a
+    deserialized grammar whose entries all came with it never pays it)."""
+    made = []
+
+    def classify(nodes):
+        if not made:
+            made.append(NodeClassifier(automaton, token_trie(tokenizer_info)))
+        return made[0](nodes)
+    return classify
+
+
 def compile_grammar_ir(grammar: Grammar, tokenizer_info: TokenizerInfo,
                        trie: Optional[TokenTrie] = None, *,
                        max_automaton_nodes: int = DEFAULT_MAX_NODES,
-                       max_mask_cache_bytes: Optional[int] = None) -> CompiledGrammar:
+                       max_mask_cache_bytes: Optional[int] = None,
+                       lazy_masks: bool = False) -> CompiledGrammar:
     """Grammar IR -> passes -> automaton -> mask cache (``trie``: the vocabulary's token trie,
     built here when not given). A grammar past a size budget (automaton nodes, mask-cache
-    bytes) is a GrammarError naming it, raised as soon as the budget is exceeded."""
+    bytes) is a GrammarError naming it, raised as soon as the budget is exceeded.
+    ``lazy_masks``: walk no vocabulary here; each node's entry is computed when first asked
+    for (the mask-cache budget then bounds what is kept instead)."""
     automaton = build_automaton(prepare(grammar), max_nodes=max_automaton_nodes)
     cache = build_mask_cache(automaton, trie if trie is not None else token_trie(tokenizer_info),
-                             max_bytes=max_mask_cache_bytes)
+                             max_bytes=max_mask_cache_bytes, lazy=lazy_masks)
     return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
 
 
@@ -198,13 +240,21 @@ class GrammarCompiler:
     """Compiles grammars against one tokenizer; thread-safe LRU cache of results.
 
     ``max_threads`` is accepted for XGrammar compatibility; compilation currently runs on the
-    calling thread (its per-token work is vectorised numpy)."""
+    calling thread (its per-token work is vectorised numpy).
+
+    ``mask_cache``: "lazy" (default) compiles without walking the vocabulary and computes a
+    node's token-mask entry the first time a fill reaches it; "eager" computes every entry
+    while compiling (the compile budgets then cover it: ``max_mask_cache_bytes`` past which the
+    compile is a GrammarError); "background" compiles lazily, then a daemon thread computes the
+    remaining entries while decoding goes on. In the lazy modes ``max_mask_cache_bytes`` bounds
+    the entries kept (one past it is computed each time it is needed, never truncated)."""
 
     def __init__(self, tokenizer_info: TokenizerInfo, *, max_threads: int = 8,
                  cache_enabled: bool = True, cache_limit_bytes: int = -1,
                  compile_timeout: Optional[float] = None,
                  max_automaton_nodes: int = DEFAULT_MAX_NODES,
-                 max_mask_cache_bytes: Optional[int] = None):
+                 max_mask_cache_bytes: Optional[int] = None,
+                 mask_cache: str = "lazy"):
         if not isinstance(tokenizer_info, TokenizerInfo):
             raise ValueError("GrammarCompiler needs a gxg.TokenizerInfo, got "
                              f"{type(tokenizer_info).__name__}")
@@ -227,6 +277,9 @@ class GrammarCompiler:
                                  f", got {value!r}")
         self.max_automaton_nodes = max_automaton_nodes
         self.max_mask_cache_bytes = max_mask_cache_bytes
+        if mask_cache not in MASK_CACHE_MODES:
+            raise ValueError(f"mask_cache must be one of {MASK_CACHE_MODES}, got {mask_cache!r}")
+        self.mask_cache = mask_cache
         self._cache: "OrderedDict[tuple, CompiledGrammar]" = OrderedDict()
         self._lock = threading.Lock()
         self._trie: Optional[TokenTrie] = None  # the vocabulary's token trie, built once
@@ -270,8 +323,9 @@ class GrammarCompiler:
         if not self.cache_enabled:
             trie = self._token_trie()  # per vocabulary, not per compile: outside the deadline
             with compile_budget.within(self.compile_timeout):
-                return compile_grammar_ir(make_grammar(), self.tokenizer_info, trie,
-                                          **self._budgets())
+                compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, trie,
+                                              **self._budgets())
+            return self._start_background(compiled)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -298,11 +352,23 @@ class GrammarCompiler:
             self._cache[key] = compiled
             self._evict()
         pending.set_result(compiled)
-        return compiled
+        return self._start_background(compiled)
 
     def _budgets(self) -> dict:
         return {"max_automaton_nodes": self.max_automaton_nodes,
-                "max_mask_cache_bytes": self.max_mask_cache_bytes}
+                "max_mask_cache_bytes": self.max_mask_cache_bytes,
+                "lazy_masks": self.mask_cache != "eager"}
+
+    def _start_background(self, compiled: CompiledGrammar) -> CompiledGrammar:
+        """In "background" mode, a daemon thread computes the entries the cache still lacks
+        (once per compiled grammar; fills meanwhile compute what they reach themselves)."""
+        cache = compiled.mask_cache
+        if self.mask_cache == "background" and not cache.complete and cache.background is None:
+            cache.background = threading.Thread(
+                target=cache.precompute, args=(BACKGROUND_NODES,),
+                kwargs={"skip_refused": True}, daemon=True, name="gxg-mask-cache")
+            cache.background.start()
+        return compiled
 
     def _token_trie(self) -> TokenTrie:
         with self._lock:

@@ -9,7 +9,10 @@ string changes nothing; every accepted token, string and stop token is one rollb
 stop token is accepted iff the root can complete; after it nothing is accepted and filling the
 mask raises. Differences: rollback depth is bounded by ``max_rollback_tokens`` (default 64;
 XGrammar keeps unlimited history), and a runtime limit that is hit (too many parallel stacks,
-a full stack pool) raises ``GrammarRuntimeError`` instead of growing without bound.
+a full stack pool) raises ``GrammarRuntimeError`` instead of growing without bound. With the
+lazy mask cache (the default) a node's token masks are computed when a fill first reaches it:
+a grammar too ambiguous there (the compile-time limit of the eager cache) raises
+``GrammarRuntimeError`` from that fill, and the matcher stays usable.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from typing import List, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from gxg.grammar.ir import GrammarError
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.ops import reference
 from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
@@ -168,7 +172,11 @@ class GrammarMatcher:
                 raise IndexError(f"index {index} out of range for batch {bitmask.shape[0]}")
             target = bitmask[index]
         row = np.zeros(words, dtype=np.int32)
-        need_apply = reference.fill_next_token_bitmask(self._state, 0, self._tables, row)
+        try:
+            need_apply = reference.fill_next_token_bitmask(self._state, 0, self._tables, row)
+        except GrammarError as error:  # a node's lazy mask entry could not be computed
+            raise GrammarRuntimeError(f"the token mask of a node this step reaches cannot be "
+                                      f"computed: {error}") from error
         if remaining_tokens is not None:
             reference.restrict_to_budget(self._state, 0, self._tables, row, remaining_tokens)
             need_apply = not reference.all_allowed(row, self._tables.vocab_size)

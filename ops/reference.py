@@ -110,8 +110,10 @@ class HostTables:
     """One compiled grammar's tables, as Python lists where the byte loop reads them.
 
     ``automaton``: an ``Automaton`` or an object with the fields ``StackWalker`` reads;
-    ``layout``: a ``KernelMaskLayout``; ``completion``: its distances, computed on first use
-    (from ``automaton`` when not given)."""
+    ``layout``: what the fill reads per node (``rows(nodes)``, ``uncertain(node)``): a
+    ``KernelMaskLayout``, or ``NodeMasks`` over a mask cache whose entries are computed on
+    first use; ``completion``: its distances, computed on first use (from ``automaton`` when
+    not given)."""
 
     def __init__(self, automaton, layout, vocabulary: HostVocabulary,
                  completion: Optional[Callable[[], CompletionDistances]] = None):
@@ -198,7 +200,7 @@ def host_tables(compiled, stop_token_ids: tuple) -> HostTables:
         if tables is None:
             # a weak reference: the value must not keep its own key alive
             grammar = weakref.ref(compiled)
-            tables = HostTables(compiled.automaton, compiled.kernel_layout,
+            tables = HostTables(compiled.automaton, compiled.node_masks,
                                 tokenizer_vocabulary(compiled.tokenizer_info, stop_token_ids),
                                 completion=lambda: grammar().completion)
             per_stops[stop_token_ids] = tables
@@ -447,17 +449,16 @@ def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
     A terminated slot or one with an error code allows only its stop tokens."""
     row[:] = 0
     if not (state.terminated[slot] or state.error[slot]):
-        layout = t.layout
+        masks = t.layout
         pool_node = state.pool_node[slot]
         entries = state.tops[slot, : state.num_tops[slot]].tolist()
         nodes = [int(pool_node[e]) for e in entries]
-        rows = layout.node_row[nodes]
-        if len(rows):
-            np.bitwise_or.reduce(layout.accept_rows[rows], axis=0, out=row)
+        if nodes:
+            np.bitwise_or.reduce(masks.rows(nodes), axis=0, out=row)
         for entry, node, stack in zip(entries, nodes, state.stacks(slot)):
-            lo, hi = layout.uncertain_offsets[node], layout.uncertain_offsets[node + 1]
-            if hi > lo:
-                _set_bits(row, t.uncertain_accepted(node, stack, layout.uncertain_tokens[lo:hi]))
+            uncertain = masks.uncertain(node)
+            if len(uncertain):
+                _set_bits(row, t.uncertain_accepted(node, stack, uncertain))
     if state.can_end[slot] or state.terminated[slot] or state.error[slot]:
         _set_bits(row, t.stop_token_ids)
     return not all_allowed(row, t.vocab_size)

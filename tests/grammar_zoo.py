@@ -7,13 +7,18 @@ token-budget and XGrammar-parity tests.
 * ``zoo_grammar(ebnf)``: the ``Grammar`` of a zoo entry;
 * ``synthetic_vocab(sentences, seed)``: a vocabulary (bytes tokens) that can spell every
   sentence, with multi-byte and random tokens, then an empty token and the stop token last;
-* ``make_info(vocab, extra_padding)``: its ``TokenizerInfo`` (raw bytes, the last token stops).
+* ``make_info(vocab, extra_padding)``: its ``TokenizerInfo`` (raw bytes, the last token stops);
+* ``info_or_skip(name)``: a real vocabulary's ``TokenizerInfo`` (``gxg.vocabularies``), or the
+  test is skipped naming the package it lacks.
 """
 from __future__ import annotations
 
 import random
 
+import pytest
+
 import gxg
+from gxg import vocabularies
 from gxg.tokenizer import TokenizerInfo, VocabType
 
 # (name, EBNF, sentences of the language used to build vocabularies and real walks)
@@ -76,3 +81,10 @@ def make_info(vocab, extra_padding=3):
     of ``vocab`` as the stop token."""
     return TokenizerInfo(vocab, VocabType.RAW, vocab_size=len(vocab) + extra_padding,
                          stop_token_ids=[len(vocab) - 1])
+
+
+def info_or_skip(name):
+    missing = vocabularies.missing_packages(name)
+    if missing:
+        pytest.skip(f"{name} needs {missing}")
+    return vocabularies.tokenizer_info_for(name)

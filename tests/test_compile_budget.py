@@ -2,7 +2,7 @@
 ``CompileTimeoutError`` (a ``GrammarError`` naming where it stopped), from any stage; ordinary
 ones are unaffected; a timed-out key is not cached; bad values are refused. The size budgets
 (``max_automaton_nodes``, ``max_mask_cache_bytes``) stop a compile with a GrammarError naming
-them."""
+them; with the lazy mask cache the bytes budget bounds what is kept instead."""
 from __future__ import annotations
 
 import pytest
@@ -45,7 +45,7 @@ def test_ordinary_compiles_are_unaffected_and_timeouts_are_not_cached():
                                    "the vocabulary walk"])
 def test_every_later_stage_checks_the_deadline(stage, monkeypatch):
     """A deadline that passes as the stage starts stops the compile there (the earlier stages'
-    checks are made to pass)."""
+    checks are made to pass). The eager mask cache: the lazy one walks no vocabulary here."""
     original = compile_budget.check
 
     def check(name, where=None):
@@ -54,7 +54,8 @@ def test_every_later_stage_checks_the_deadline(stage, monkeypatch):
         original(name, where)
 
     monkeypatch.setattr(compile_budget, "check", check)
-    compiler = GrammarCompiler(INFO, compile_timeout=30, cache_enabled=False)
+    compiler = GrammarCompiler(INFO, compile_timeout=30, cache_enabled=False,
+                               mask_cache="eager")
     with pytest.raises(gxg.CompileTimeoutError, match=f"in {stage}"):
         compiler.compile_grammar('root ::= "[" [0-9]+ ("," [0-9]+)* "]"')
 
@@ -82,10 +83,33 @@ def test_an_earlier_enclosing_deadline_holds():
     ({"max_mask_cache_bytes": 1}, "max_mask_cache_bytes=1"),
 ])
 def test_a_grammar_past_a_size_budget_is_a_grammar_error(budget, message):
-    compiler = GrammarCompiler(INFO, **budget)
+    compiler = GrammarCompiler(INFO, mask_cache="eager", **budget)
     with pytest.raises(gxg.GrammarError, match=message):
         compiler.compile_json_schema(SMALL)
     assert GrammarCompiler(INFO).compile_json_schema(SMALL) is not None   # the defaults hold it
+
+
+def masks_along(compiled, document: str) -> list:
+    """The matcher's mask before each character of ``document`` (accepted one at a time)."""
+    matcher = gxg.GrammarMatcher(compiled)
+    masks = []
+    for character in document:
+        mask = gxg.allocate_token_bitmask(1, INFO.vocab_size)
+        matcher.fill_next_token_bitmask(mask)
+        masks.append(mask)
+        assert matcher.accept_string(character)
+    return masks
+
+
+def test_the_lazy_cache_keeps_within_its_bytes_budget_and_masks_stay_exact():
+    """Lazy: entries past the budget are computed each time they are needed, not kept."""
+    bounded = GrammarCompiler(INFO, max_mask_cache_bytes=1).compile_json_schema(SMALL)
+    free = GrammarCompiler(INFO).compile_json_schema(SMALL)
+    document = '{"a": 12}'
+    for a, b in zip(masks_along(bounded, document), masks_along(free, document)):
+        assert (a == b).all()
+    assert bounded.mask_cache.computed_nodes().size == 0
+    assert free.mask_cache.computed_nodes().size > 0
 
 
 @pytest.mark.parametrize("name,bad", [("max_automaton_nodes", 0), ("max_automaton_nodes", None),

@@ -13,6 +13,7 @@ from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask
 from gxg.testing import Recognizer
 from gxg import vocabularies
+from grammar_zoo import info_or_skip
 from mask_oracles import brute_force_mask, mask_to_bool
 
 DOCUMENTS = [
@@ -24,13 +25,6 @@ GRAMMARS = {
     "unicode_words": 'root ::= word (" " word)*\nword ::= [a-zA-Zà-ÿ一-龥]+',
 }
 WORDS = "Grammaire élégante 中文 words àé"
-
-
-def info_or_skip(name):
-    missing = vocabularies.missing_packages(name)
-    if missing:
-        pytest.skip(f"{name} needs {missing}")
-    return vocabularies.tokenizer_info_for(name)
 
 
 def greedy_tokenize(data: bytes, info):

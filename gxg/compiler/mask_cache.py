@@ -22,6 +22,7 @@ Indices in entries are positions in the sorted vocabulary (``TokenizerInfo.sorte
 from __future__ import annotations
 
 import enum
+import threading
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -68,21 +69,123 @@ class NodeTokenMask:
         return int(self.indices.nbytes + self.bitset.nbytes + self.uncertain.nbytes)
 
 
-@dataclass(frozen=True, eq=False)
 class MaskCache:
-    num_sorted: int                       # size of the sorted vocabulary
-    nodes: np.ndarray                     # int32 [M]: the scannable nodes, ascending
-    entries: Tuple[NodeTokenMask, ...]    # one per node in ``nodes``
+    """The token-mask entries of an automaton's scannable nodes, each computed the first time
+    it is asked for (``entry``) or all at once (``precompute``), then kept.
 
-    def entry(self, node: int) -> NodeTokenMask:
+    A cache that says so: computed entries are stored until ``max_bytes`` of them are; past
+    that an entry is computed on every request and not kept (the answer is the same, only the
+    time differs). Thread-safe: matchers on several threads share one compiled grammar."""
+
+    def __init__(self, num_sorted: int, nodes: np.ndarray,
+                 classify: Optional["NodeClassifier"] = None,
+                 entries: Optional[Dict[int, NodeTokenMask]] = None,
+                 max_bytes: Optional[int] = None):
+        self.num_sorted = num_sorted              # size of the sorted vocabulary
+        self.nodes = nodes                        # int32 [M]: the scannable nodes, ascending
+        self._entries: Dict[int, NodeTokenMask] = dict(entries or {})
+        self._classify = classify                 # None: every entry is already computed
+        self._max_bytes = max_bytes
+        self._stored_bytes = sum(e.nbytes for e in self._entries.values())
+        self._lock = threading.Lock()
+        self._failed: Dict[int, GrammarError] = {}  # nodes whose walk was refused
+        self.background: Optional[threading.Thread] = None  # GrammarCompiler's precompute
+        if classify is None and len(self._entries) < len(nodes):
+            raise ValueError("a mask cache without a classifier needs every node's entry")
+
+    def _check_node(self, node: int) -> None:
         position = int(np.searchsorted(self.nodes, node))
         if position >= len(self.nodes) or self.nodes[position] != node:
             raise KeyError(f"node {node} has no mask-cache entry (it cannot scan a byte)")
-        return self.entries[position]
+
+    def entry(self, node: int) -> NodeTokenMask:
+        """The node's entry, computed now if it never was."""
+        hit = self._entries.get(node)
+        if hit is not None:
+            return hit
+        self._check_node(node)
+        return self._compute([node])[0]
+
+    def entries_of(self, nodes) -> List[NodeTokenMask]:
+        """Entries of several nodes; the missing ones are computed in one walk."""
+        missing = sorted({int(n) for n in nodes if int(n) not in self._entries})
+        for node in missing:
+            self._check_node(node)
+        fresh = dict(zip(missing, self._compute(missing))) if missing else {}
+        return [fresh[int(n)] if int(n) in fresh else self._entries[int(n)] for n in nodes]
+
+    def _compute(self, nodes: List[int]) -> List[NodeTokenMask]:
+        with self._lock:  # one walk at a time: the classifier's walk state is shared
+            failed = next((self._failed[n] for n in nodes if n in self._failed), None)
+            if failed is not None:
+                raise failed
+            todo = [n for n in nodes if n not in self._entries]
+            computed = self._classify_or_record(todo)
+            return [computed[n] if n in computed else self._entries[n] for n in nodes]
+
+    def _store(self, node: int, entry: NodeTokenMask) -> None:
+        if self._max_bytes is None or self._stored_bytes + entry.nbytes <= self._max_bytes:
+            self._entries[node] = entry
+            self._stored_bytes += entry.nbytes
+        if len(self._entries) == len(self.nodes):
+            self._classify = None  # complete: the walk's memory can go
+
+    def _classify_or_record(self, walk: List[int]) -> Dict[int, NodeTokenMask]:
+        """Entries of the nodes ``walk`` in one walk, stored. A node whose walk is refused (a
+        GrammarError: the grammar is too ambiguous there) is found by walking the nodes one by
+        one; its error is kept and raised again whenever it is asked for (the walk is not
+        repeated)."""
+        if not walk:
+            return {}
+        try:
+            computed = dict(zip(walk, self._classify(np.array(walk, dtype=np.int32))))
+        except GrammarError:
+            computed = {}
+            for node in walk:
+                try:
+                    computed[node] = self._classify(np.array([node], dtype=np.int32))[0]
+                except GrammarError as error:
+                    self._failed[node] = error
+        for node, entry in computed.items():
+            self._store(node, entry)
+        failed = next((self._failed[n] for n in walk if n in self._failed), None)
+        if failed is not None:
+            raise failed
+        return computed
+
+    def precompute(self, nodes_per_walk: int = NODES_PER_WALK, *,
+                   skip_refused: bool = False) -> "MaskCache":
+        """Compute every entry now, ``nodes_per_walk`` nodes per walk (a fill that needs a
+        node meanwhile waits for at most one walk); returns self. A node whose walk is refused
+        raises its GrammarError, or with ``skip_refused`` is left for the fill that reaches it
+        to report (the background build)."""
+        for chunk in range(0, len(self.nodes), nodes_per_walk):
+            compile_budget.check("the token-mask cache")
+            try:
+                self.entries_of(self.nodes[chunk: chunk + nodes_per_walk].tolist())
+            except GrammarError:
+                if not skip_refused:
+                    raise
+        return self
+
+    @property
+    def complete(self) -> bool:
+        """Every node's entry is stored."""
+        return len(self._entries) == len(self.nodes)
+
+    def computed_nodes(self) -> np.ndarray:
+        """The nodes whose entries are stored, ascending."""
+        return np.array(sorted(self._entries), dtype=np.int32)
+
+    @property
+    def entries(self) -> Tuple[NodeTokenMask, ...]:
+        """One entry per node of ``nodes`` (computing the missing ones)."""
+        return tuple(self.entries_of(self.nodes.tolist()))
 
     @property
     def memory_size_bytes(self) -> int:
-        return int(sum(entry.nbytes for entry in self.entries) + self.nodes.nbytes)
+        """Bytes of the stored entries (what the cache holds now)."""
+        return int(self._stored_bytes + self.nodes.nbytes)
 
     def uncertain_counts(self) -> np.ndarray:
         return np.array([len(entry.uncertain) for entry in self.entries], dtype=np.int64)
@@ -155,30 +258,48 @@ def adaptive_entry(accepted: np.ndarray, uncertain: np.ndarray, num_sorted: int
     return NodeTokenMask(store, np.zeros(0, np.int32), words, uncertain)
 
 
+class NodeClassifier:
+    """Classifies the sorted vocabulary (as a trie) from given scannable nodes: one walk state
+    (a ``VocabularyWalk`` whose interned configurations and transitions only grow) for all
+    the calls, so later nodes reuse what earlier walks learnt."""
+
+    def __init__(self, automaton: Automaton, trie: TokenTrie, context_expansion: bool = True):
+        walker = StackWalker(automaton, escape_bottom=True, context_expansion=context_expansion)
+        self.trie = trie
+        self.walk = VocabularyWalk(walker)
+        self.classes_of = _StateClasses(self.walk)
+
+    def __call__(self, nodes: np.ndarray) -> List[NodeTokenMask]:
+        return [adaptive_entry(accepted, uncertain, self.trie.num_tokens)
+                for accepted, uncertain in classify_nodes(self.walk, self.classes_of,
+                                                          self.trie, nodes)]
+
+
 def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,
                      context_expansion: bool = True,
-                     max_bytes: Optional[int] = None) -> MaskCache:
-    """Classify the sorted vocabulary (as a trie) from every scannable node.
-    ``context_expansion=False`` is the paper's baseline (for measurements only): a token that
-    completes the node's rule with bytes left is uncertain whatever those bytes are."""
-    walker = StackWalker(automaton, escape_bottom=True, context_expansion=context_expansion)
-    walk = VocabularyWalk(walker)
-    classes_of = _StateClasses(walk)
+                     max_bytes: Optional[int] = None, lazy: bool = False) -> MaskCache:
+    """The mask cache of every scannable node: classified now (``lazy=False``; past
+    ``max_bytes`` of entries that is a GrammarError naming the budget, raised as soon as it is
+    exceeded, never a truncated cache) or on first use (``lazy=True``: no vocabulary is walked
+    here; ``max_bytes`` then bounds what is kept). ``context_expansion=False`` is the paper's
+    baseline (for measurements only): a token that completes the node's rule with bytes left
+    is uncertain whatever those bytes are."""
     nodes = np.nonzero(automaton.is_scannable)[0].astype(np.int32)
-    entries = []
+    classify = NodeClassifier(automaton, trie, context_expansion)
+    if lazy:
+        return MaskCache(trie.num_tokens, nodes, classify, max_bytes=max_bytes)
+    cache = MaskCache(trie.num_tokens, nodes, classify)
     total = 0
     for chunk in range(0, len(nodes), NODES_PER_WALK):
         compile_budget.check("the token-mask cache")
-        part = nodes[chunk: chunk + NODES_PER_WALK]
-        new = [adaptive_entry(accepted, uncertain, trie.num_tokens)
-               for accepted, uncertain in classify_nodes(walk, classes_of, trie, part)]
-        entries.extend(new)
-        total += sum(entry.nbytes for entry in new)
+        part = nodes[chunk: chunk + NODES_PER_WALK].tolist()
+        total += sum(entry.nbytes for entry in cache.entries_of(part))
         if max_bytes is not None and total > max_bytes:  # a size budget: stop, do not truncate
             raise GrammarError(f"the token-mask cache needs more than max_mask_cache_bytes="
-                               f"{max_bytes} bytes ({total} after {len(entries)} of "
-                               f"{len(nodes)} nodes)")
-    return MaskCache(trie.num_tokens, nodes, tuple(entries))
+                               f"{max_bytes} bytes ({total} after "
+                               f"{min(chunk + NODES_PER_WALK, len(nodes))} of {len(nodes)} "
+                               f"nodes)")
+    return cache
 
 
 # ----------------------------------------------------------------------------- kernel layout
@@ -200,6 +321,48 @@ class KernelMaskLayout:
     uncertain_offsets: np.ndarray
     uncertain_tokens: np.ndarray
 
+    # what the CPU fill reads (``NodeMasks`` has the same two methods)
+    def rows(self, nodes: List[int]) -> np.ndarray:
+        """The accept rows of ``nodes`` (scannable), int32 [len(nodes), W]."""
+        return self.accept_rows[self.node_row[nodes]]
+
+    def uncertain(self, node: int) -> np.ndarray:
+        """The node's uncertain tokens (sorted-vocabulary indices, ascending)."""
+        return self.uncertain_tokens[self.uncertain_offsets[node]: self.uncertain_offsets[node + 1]]
+
+
+class NodeMasks:
+    """The CPU fill's view of a (possibly lazy) ``MaskCache``: per node its dense accept row
+    over token ids and its uncertain tokens, built on first use and kept (a cache, bounded by
+    the scannable nodes; thread-safe through the mask cache and atomic dict stores)."""
+
+    def __init__(self, cache: MaskCache, sorted_token_ids: np.ndarray, vocab_size: int):
+        self.cache = cache
+        self.sorted_token_ids = sorted_token_ids
+        self.words = bitmask_words(vocab_size)
+        self._rows: Dict[int, np.ndarray] = {}
+
+    def rows(self, nodes: List[int]) -> np.ndarray:
+        missing = [n for n in nodes if n not in self._rows]
+        if missing:
+            for node, entry in zip(missing, self.cache.entries_of(missing)):
+                self._rows[node] = dense_row(entry, self.cache.num_sorted,
+                                             self.sorted_token_ids, self.words)
+        if not nodes:
+            return np.zeros((0, self.words), dtype=np.int32)
+        return np.stack([self._rows[n] for n in nodes])
+
+    def uncertain(self, node: int) -> np.ndarray:
+        return self.cache.entry(node).uncertain
+
+
+def dense_row(entry: NodeTokenMask, num_sorted: int, sorted_token_ids: np.ndarray,
+              words: int) -> np.ndarray:
+    """The entry's accepted tokens as bitmask words over token ids (int32 [words])."""
+    bits = np.zeros(words * 32, dtype=np.uint8)
+    bits[sorted_token_ids[entry.accepted(num_sorted)]] = 1
+    return np.packbits(bits, bitorder="little").view(np.int32)
+
 
 def kernel_layout(cache: MaskCache, num_nodes: int, sorted_token_ids: np.ndarray,
                   vocab_size: int) -> KernelMaskLayout:
@@ -210,10 +373,7 @@ def kernel_layout(cache: MaskCache, num_nodes: int, sorted_token_ids: np.ndarray
     uncertain_counts = np.zeros(num_nodes, dtype=np.int64)
     uncertain_parts = {}
     for node, entry in zip(cache.nodes.tolist(), cache.entries):
-        accepted_ids = sorted_token_ids[entry.accepted(cache.num_sorted)]
-        bits = np.zeros(words * 32, dtype=np.uint8)
-        bits[accepted_ids] = 1
-        row = np.packbits(bits, bitorder="little").view(np.int32)
+        row = dense_row(entry, cache.num_sorted, sorted_token_ids, words)
         key = row.tobytes()
         if key not in row_of:
             row_of[key] = len(rows)
