@@ -25,6 +25,7 @@ _LAZY = {
     "CompiledGrammar": "gxg.grammar_compiler",
     "DeserializeFormatError": "gxg.grammar_compiler",
     "GrammarMatcher": "gxg.matcher",
+    "BatchGrammarMatcher": "gxg.matcher",
     "GrammarRuntimeError": "gxg.matcher",
     "CompileTimeoutError": "gxg.compile_budget",
     "allocate_token_bitmask": "gxg.matcher",

@@ -16,12 +16,16 @@ a grammar too ambiguous there (the compile-time limit of the eager cache) raises
 """
 from __future__ import annotations
 
+import os
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
+from gxg.draft_tree import draft_tree
 from gxg.grammar.ir import GrammarError
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.ops import reference
@@ -219,6 +223,90 @@ class GrammarMatcher:
         self._state.copy_slot(0, twin._state, 0)
         return twin
 
+    # ------------------------------------------------------------------ speculative decoding
+    def traverse_draft_tree(self, retrieve_next_token: torch.Tensor,
+                            retrieve_next_sibling: torch.Tensor, draft_tokens: torch.Tensor,
+                            token_bitmask: torch.Tensor, time_threshold: float = -1.0,
+                            temperatures: Optional[torch.Tensor] = None) -> bool:
+        """Fill row i of ``token_bitmask`` ([N, ceil(V/32)] int32, CPU) with the mask after the
+        draft tokens on the path from the root to node i (``gxg.draft_tree`` says how the
+        three arrays describe the tree; the root's row is the mask of the current state).
+        XGrammar 0.2.8's semantics: a node whose token is rejected, or after which the matcher
+        has terminated, gets a zero row and its subtree is not visited (those rows are left
+        as they were); a terminated matcher's root row is zero. The state is unchanged
+        afterwards. ``time_threshold`` (seconds, <= 0: none) stops the traversal when it is
+        exceeded before a non-root node and returns False (rows not reached are left as they
+        were); else True. ``temperatures`` (1-D float32 CPU, at least N): -1 for every node, as
+        XGrammar writes where no temperature is configured (gxg grammars configure none)."""
+        tree = draft_tree(retrieve_next_token, retrieve_next_sibling, draft_tokens)
+        words = (self._tables.vocab_size + 31) // 32
+        if not isinstance(token_bitmask, torch.Tensor) or token_bitmask.dtype != torch.int32 \
+                or token_bitmask.device.type != "cpu" or token_bitmask.dim() != 2 \
+                or tuple(token_bitmask.shape) != (tree.num_nodes, words):
+            raise RuntimeError(f"token_bitmask must be an int32 CPU tensor of shape "
+                               f"({tree.num_nodes}, {words}), one row per draft node, got "
+                               f"{getattr(token_bitmask, 'dtype', type(token_bitmask).__name__)}"
+                               f" {tuple(getattr(token_bitmask, 'shape', ()))}")
+        if temperatures is not None:
+            if not isinstance(temperatures, torch.Tensor) or temperatures.dtype != torch.float32 \
+                    or temperatures.dim() != 1 or temperatures.device.type != "cpu" \
+                    or temperatures.shape[0] < tree.num_nodes:
+                raise RuntimeError(f"temperatures must be a 1-D float32 CPU tensor of at least "
+                                   f"{tree.num_nodes} entries")
+            temperatures[: tree.num_nodes] = -1.0
+        deadline = time.perf_counter() + time_threshold if time_threshold > 0 else None
+        start = self._snapshot()
+        try:
+            return self._traverse(tree, token_bitmask, deadline)
+        finally:
+            start.copy_slot(0, self._state, 0)
+
+    def _snapshot(self) -> RuntimeState:
+        copy = RuntimeState.allocate(1, self._state.limits)
+        self._state.copy_slot(0, copy, 0)
+        return copy
+
+    def _traverse(self, tree, token_bitmask: torch.Tensor, deadline: Optional[float]) -> bool:
+        """Depth first; the state of a node with several children is kept once, to start each
+        child after the first from it (a chain copies nothing)."""
+        if self.is_terminated():
+            token_bitmask[0].zero_()
+            return True
+        frames = []
+
+        def enter(node: int) -> None:  # the state is the node's
+            self.fill_next_token_bitmask(token_bitmask, node)
+            kids = tree.children[node]
+            frames.append([kids, 0, self._snapshot() if len(kids) > 1 else None])
+
+        enter(0)
+        while frames:
+            kids, i, saved = frames[-1]
+            if i == len(kids):
+                frames.pop()
+                continue
+            frames[-1][1] = i + 1
+            if deadline is not None and time.perf_counter() > deadline:
+                return False
+            if i > 0:
+                saved.copy_slot(0, self._state, 0)
+            child = kids[i]
+            if self._accept_draft_token(tree.tokens[child]) and not self.is_terminated():
+                enter(child)
+            else:
+                token_bitmask[child].zero_()
+        return True
+
+    def _accept_draft_token(self, token_id: int) -> bool:
+        """accept_token without its warnings: a draft token outside the vocabulary is rejected."""
+        if self._state.terminated[0] or not 0 <= token_id < self._tables.vocab_size:
+            return False
+        if self._terminate_without_stop and self._tables.is_stop[token_id]:
+            return False
+        accepted = reference.accept_token(self._state, 0, self._tables, token_id)
+        self._raise_on_error()
+        return accepted
+
     def find_jump_forward_string(self) -> str:
         """The longest string every continuation must start with (state unchanged)."""
         if self._state.terminated[0]:
@@ -235,6 +323,103 @@ class GrammarMatcher:
                 break
             forced.append(byte)
         return _longest_utf8_prefix(bytes(forced))
+
+
+class BatchGrammarMatcher:
+    """XGrammar 0.2.8's batch API over CPU ``GrammarMatcher``s: fill the masks of many
+    matchers (on up to ``max_threads`` threads: the CPU ops release the GIL in their numpy
+    parts), accept tokens or strings and roll back, one call each. Size mismatches and bad
+    rows are RuntimeErrors naming them, as in XGrammar."""
+
+    def __init__(self, max_threads: Union[int, str] = "auto") -> None:
+        if max_threads == "auto":
+            max_threads = max(1, (os.cpu_count() or 2) // 2)
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int) or max_threads < 1:
+            raise RuntimeError(f"max_threads must be a positive int or 'auto', got "
+                               f"{max_threads!r}")
+        self.max_threads = max_threads
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    def batch_fill_next_token_bitmask(self, matchers: List[GrammarMatcher],
+                                      bitmask: torch.Tensor,
+                                      indices: Optional[List[int]] = None,
+                                      debug_print: bool = False) -> None:
+        """Matcher k fills row ``indices[k]`` (default k) of ``bitmask`` (int32 CPU, [rows,
+        ceil(V/32)]; rows may exceed the matchers: padding is left alone)."""
+        rows = _batch_indices(len(matchers), indices)
+        if not isinstance(bitmask, torch.Tensor) or bitmask.dim() != 2:
+            raise RuntimeError("bitmask must be a 2-D int32 CPU tensor")
+        bad = next((r for r in rows if not 0 <= r < bitmask.shape[0]), None)
+        if bad is not None:
+            raise RuntimeError(f"row {bad} is outside the bitmask's {bitmask.shape[0]} rows")
+        if len(set(rows)) != len(rows):
+            raise RuntimeError("a bitmask row is assigned to more than one matcher")
+
+        def fill(k: int) -> None:
+            try:
+                matchers[k].fill_next_token_bitmask(bitmask, rows[k])
+            except ValueError as error:  # the matcher's own check of the bitmask
+                raise RuntimeError(str(error)) from error
+
+        if self.max_threads == 1 or len(matchers) < 2:
+            for k in range(len(matchers)):
+                fill(k)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_threads, thread_name_prefix="gxg-batch")
+        for future in [self._pool.submit(fill, k) for k in range(len(matchers))]:
+            future.result()
+
+    @staticmethod
+    def batch_fill_temperature(matchers: List[GrammarMatcher], temperatures: torch.Tensor,
+                               indices: Optional[List[int]] = None) -> None:
+        """-1 at each matcher's position (``indices[k]``, default k): gxg grammars configure
+        no sampling temperature (XGrammar writes -1 for those)."""
+        positions = _batch_indices(len(matchers), indices)
+        if not isinstance(temperatures, torch.Tensor) or temperatures.dtype != torch.float32 \
+                or temperatures.dim() != 1 or temperatures.device.type != "cpu":
+            raise RuntimeError("temperatures must be a 1-D float32 CPU tensor")
+        bad = next((p for p in positions if not 0 <= p < temperatures.shape[0]), None)
+        if bad is not None:
+            raise RuntimeError(f"position {bad} is outside temperatures' "
+                               f"{temperatures.shape[0]} entries")
+        for p in positions:
+            temperatures[p] = -1.0
+
+    @staticmethod
+    def batch_accept_token(matchers: List[GrammarMatcher], tokens: List[int],
+                           debug_print: bool = False) -> List[bool]:
+        _same_length(matchers, tokens, "token_ids")
+        return [m.accept_token(int(t)) for m, t in zip(matchers, tokens)]
+
+    @staticmethod
+    def batch_accept_string(matchers: List[GrammarMatcher], strings: List[Union[str, bytes]],
+                            debug_print: bool = False) -> List[bool]:
+        _same_length(matchers, strings, "strings")
+        return [m.accept_string(text) for m, text in zip(matchers, strings)]
+
+    @staticmethod
+    def batch_rollback(matchers: List[GrammarMatcher],
+                       num_tokens: Union[List[int], int] = 1) -> None:
+        counts = [num_tokens] * len(matchers) if isinstance(num_tokens, int) else num_tokens
+        _same_length(matchers, counts, "num_tokens")
+        for m, n in zip(matchers, counts):
+            m.rollback(int(n))
+
+
+def _same_length(matchers, values, name: str) -> None:
+    if len(values) != len(matchers):
+        raise RuntimeError(f"the size of matchers ({len(matchers)}) and {name} "
+                           f"({len(values)}) should be the same")
+
+
+def _batch_indices(count: int, indices: Optional[List[int]]) -> List[int]:
+    if indices is None:
+        return list(range(count))
+    if len(indices) != count:
+        raise RuntimeError(f"the size of indices ({len(indices)}) should be the same as the "
+                           f"size of matchers ({count})")
+    return [int(i) for i in indices]
 
 
 def _next_bytes(state: RuntimeState, tables) -> List[int]:
