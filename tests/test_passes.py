@@ -22,6 +22,8 @@ from gxg.compiler.passes import (
     find_left_recursion,
     grammar_size,
     inline_small_rules,
+    is_productive,
+    least_fixpoint,
     nullable_rules,
     prepare,
     productive_rules,
@@ -384,6 +386,47 @@ def test_remove_dead_rules_keeps_untouched_rules_as_they_are():
     assert [rule.name for rule in result.rules] == ["root", "a", "b"]
     assert result.rules[0] is by_name["root"] and result.rules[2] is by_name["b"]
     assert result.rules[1] == Rule("a", Literal(b"xyz"))
+
+
+# bodies -> the least fixpoint of "derives a finite string"; names a body references but that
+# are not defined never hold
+FIXPOINT_TABLE = [
+    ({"a": Literal(b"x")}, {"a"}),
+    ({"a": RuleRef("a")}, set()),
+    ({"a": Choice((RuleRef("a"), Literal(b"x")))}, {"a"}),
+    ({"a": Sequence((RuleRef("b"), Literal(b"x"))), "b": Sequence((RuleRef("a"), Literal(b"y")))},
+     set()),
+    ({"a": Choice((RuleRef("b"), Literal(b"x"))), "b": Sequence((RuleRef("a"), Literal(b"y")))},
+     {"a", "b"}),
+    ({"a": RuleRef("undefined")}, set()),
+    ({"a": Choice((RuleRef("undefined"), Literal(b"x")))}, {"a"}),
+    ({"a": Repeat(RuleRef("undefined"), 0, None)}, {"a"}),
+]
+
+
+@pytest.mark.parametrize("bodies, expected", FIXPOINT_TABLE)
+def test_least_fixpoint(bodies, expected):
+    assert least_fixpoint(bodies, is_productive) == expected
+
+
+@pytest.mark.parametrize("cyclic", [False, True], ids=["chain", "cycle"])
+def test_least_fixpoint_looks_at_each_rule_of_a_chain_a_bounded_number_of_times(cyclic):
+    """r0 ::= r1 "x", ..., the last rule a literal (listed first), and with ``cyclic`` each
+    rule also refers back to r0: a sweep of the rules per rule added was quadratic."""
+    n = 2000
+    bodies = {f"r{n}": Literal(b"y")}
+    for i in range(n):
+        step = Sequence((RuleRef(f"r{i + 1}"), Literal(b"x")))
+        bodies[f"r{i}"] = Choice((step, Sequence((RuleRef("r0"), RuleRef(f"r{i + 1}"))))) \
+            if cyclic else step
+    looks = []
+
+    def holds(body, productive):
+        looks.append(body)
+        return is_productive(body, productive)
+
+    assert least_fixpoint(bodies, holds) == set(bodies)
+    assert len(looks) <= 3 * len(bodies)
 
 
 def test_analyses_are_iterative_on_long_chains():

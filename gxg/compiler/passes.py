@@ -49,6 +49,9 @@ from gxg.grammar.ir import (
     iter_subexprs,
     normalize,
 )
+from gxg.grammar.rule_analysis import (
+    _matches_no_code_point, is_nullable, is_productive, least_fixpoint,
+)
 
 __all__ = [
     "MATCHES_NOTHING",
@@ -58,6 +61,8 @@ __all__ = [
     "find_left_recursion",
     "grammar_size",
     "inline_small_rules",
+    "is_productive",
+    "least_fixpoint",
     "nullable_rules",
     "prepare",
     "productive_rules",
@@ -97,44 +102,6 @@ def grammar_size(grammar: Grammar) -> Tuple[int, int]:
     return len(grammar.rules), nodes
 
 
-def _matches_no_code_point(expr: Expr) -> bool:
-    return isinstance(expr, CharClass) and not expr.effective_ranges()
-
-
-def is_nullable(expr: Expr, nullable: Set[str]) -> bool:
-    """Whether ``expr`` derives the empty string, given the set of nullable rule names."""
-    if isinstance(expr, Literal):
-        return not expr.data
-    if isinstance(expr, CharClass):
-        return False
-    if isinstance(expr, RuleRef):
-        return expr.name in nullable
-    if isinstance(expr, Sequence):
-        return all(is_nullable(item, nullable) for item in expr.items)
-    if isinstance(expr, Choice):
-        return any(is_nullable(alt, nullable) for alt in expr.alternatives)
-    if isinstance(expr, Repeat):
-        return expr.min == 0 or is_nullable(expr.expr, nullable)
-    raise TypeError(f"not a grammar expression: {expr!r}")
-
-
-def is_productive(expr: Expr, productive: Set[str]) -> bool:
-    """Whether ``expr`` derives some finite string, given the set of productive rule names."""
-    if isinstance(expr, Literal):
-        return True
-    if isinstance(expr, CharClass):
-        return not _matches_no_code_point(expr)
-    if isinstance(expr, RuleRef):
-        return expr.name in productive
-    if isinstance(expr, Sequence):
-        return all(is_productive(item, productive) for item in expr.items)
-    if isinstance(expr, Choice):
-        return any(is_productive(alt, productive) for alt in expr.alternatives)
-    if isinstance(expr, Repeat):
-        return expr.min == 0 or is_productive(expr.expr, productive)
-    raise TypeError(f"not a grammar expression: {expr!r}")
-
-
 def left_corners(expr: Expr, nullable: Set[str]) -> Set[str]:
     """Rules referenced in ``expr`` at a position that only nullable things precede."""
     if isinstance(expr, (Literal, CharClass)):
@@ -170,34 +137,18 @@ def _reference_graph(grammar: Grammar) -> Dict[str, List[str]]:
             for rule in grammar.rules}
 
 
-def _least_fixpoint(grammar: Grammar, holds: Callable[[Expr, Set[str]], bool]) -> Set[str]:
-    """The least set S of rule names with ``name in S <=> holds(body, S)`` (monotone ``holds``).
-
-    Components of the reference graph are solved sinks first, iterating only inside a
-    component, so the work is about linear in the grammar for acyclic reference structure.
-    """
-    graph = {rule.name: list(dict.fromkeys(iter_rule_refs(rule.body))) for rule in grammar.rules}
-    bodies = {rule.name: rule.body for rule in grammar.rules}
-    result: Set[str] = set()
-    for component in strongly_connected_components(grammar.rule_names, graph):
-        changed = True
-        while changed:
-            changed = False
-            for name in component:
-                if name not in result and holds(bodies[name], result):
-                    result.add(name)
-                    changed = True
-    return result
-
-
 def nullable_rules(grammar: Grammar) -> Set[str]:
     """Names of the rules that derive the empty string."""
-    return _least_fixpoint(grammar, is_nullable)
+    return least_fixpoint(_bodies(grammar), is_nullable)
 
 
 def productive_rules(grammar: Grammar) -> Set[str]:
     """Names of the rules that derive at least one finite string."""
-    return _least_fixpoint(grammar, is_productive)
+    return least_fixpoint(_bodies(grammar), is_productive)
+
+
+def _bodies(grammar: Grammar) -> Dict[str, Expr]:
+    return {rule.name: rule.body for rule in grammar.rules}
 
 
 def _left_corner_graph(grammar: Grammar, nullable: Set[str]) -> Dict[str, List[str]]:

@@ -154,6 +154,7 @@ from typing import Any, Dict, List, Optional, Sequence as Seq, Tuple
 from urllib.parse import unquote
 
 from gxg import compile_budget
+from gxg.grammar.rule_analysis import is_productive, least_fixpoint
 from gxg.grammar import code_point_dfa as dfa_ops
 from gxg.graphs import reaching
 from gxg.grammar.code_point_dfa import dfa_to_expr
@@ -219,7 +220,8 @@ ARRAY_KEYWORDS = ("items", "prefixItems", "additionalItems", "minItems", "maxIte
 OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "patternProperties",
                    "propertyNames", "minProperties", "maxProperties", "unevaluatedProperties")
 # An object's members are written in a fixed order, so minProperties/maxProperties count along a
-# chain of (declared member index, members so far) states; more than this many is refused.
+# chain of (declared member index, members so far) states; more than this many is refused (with
+# nothing to count the chain is linear in the members, whatever their number).
 MAX_COUNT_STATES = 4096
 MAX_PATTERN_PROPERTIES = 4
 MAX_CONTAINS_COUNT = 64  # contains with item bounds: one alternative per witness position
@@ -1871,10 +1873,13 @@ class _Converter:
         at most MAX_INLINE_KEY_CHARS in all: each state's rule then reads a key as a trie, so a
         key's bytes keep one stack instead of one per member that might start with them (the
         runtime's parallel stacks, and the GPU's uncertain-token walks, stay small). Beyond the
-        budget every member is one shared rule, chosen at its first byte."""
+        budget every member is one shared rule, chosen at its first byte, and the optional and
+        extra members are one shared rule that each state refers to once (so the grammar is
+        linear in the members, not their number times the states)."""
         fmt = self.fmt
         sep = fmt.item(depth)
         EXTRA = -1  # the move that writes an extra member; members move by their index
+        FREE = -2  # any optional or extra member (see moves)
         required = [i for i, m in enumerate(members) if m.required]
         as_set = len(required) <= MAX_ANY_ORDER_REQUIRED
         bit = {index: k for k, index in enumerate(required)}
@@ -1893,57 +1898,83 @@ class _Converter:
                 return c + 1 if c + 1 <= hi else None
             return min(c + 1, lo)
 
-        def moves(seen: int, c: int):
+        optional = [i for i, m in enumerate(members) if not m.required]
+        free = optional + ([EXTRA] if extra is not None else [])  # moves that keep `seen`
+
+        def moves(seen: int, c: int, grouped: bool = False):
+            """The moves from state (seen, c): members in schema order, then extra members;
+            ``grouped``: the free moves (optional and extra members, which all lead to the same
+            state) as one move FREE, last, so that a state has few moves however many members."""
             c_next = after(c)
             if c_next is None:
                 return
-            for i, m in enumerate(members):
-                if not m.required:
+            if as_set:
+                for i in required if grouped else range(len(members)):
+                    if not members[i].required:
+                        yield i, (seen, c_next)
+                    elif not seen >> bit[i] & 1:
+                        yield i, (seen | 1 << bit[i], c_next)
+            else:
+                for i in () if grouped else optional:
                     yield i, (seen, c_next)
-                elif as_set and not seen >> bit[i] & 1:
-                    yield i, (seen | 1 << bit[i], c_next)
-            if not as_set:
                 for k, order in enumerate(orders):
                     count = seen % (len(required) + 1)
                     if seen // (len(required) + 1) == k and count < len(order):
                         yield order[count], (seen + 1, c_next)
-            if extra is not None:
+            if grouped:
+                if free:
+                    yield FREE, (seen, c_next)
+            elif extra is not None:
                 yield EXTRA, (seen, c_next)
 
-        if (full + 1) * len(orders) * (cap + 1) > MAX_COUNT_STATES:
+        if cap and (full + 1) * len(orders) * (cap + 1) > MAX_COUNT_STATES:
             raise GrammarError(f"unsupported keyword 'minProperties'/'maxProperties': "
                                f"{len(required)} required members and a bound of {cap} need more "
                                f"than {MAX_COUNT_STATES} states in any-order mode")
         # The states after the first member, and which of them can still end the object.
+        # (The free moves are one move here: the states and edges are linear in the members.)
         edges: Dict[Tuple[int, int], List[Tuple[int, Tuple[int, int]]]] = {}
-        first_moves = [move for k in range(len(orders))
-                       for move in moves(0 if as_set else k * (len(required) + 1), 0)]
-        todo = [target for _, target in first_moves]
+        starts = [0 if as_set else k * (len(required) + 1) for k in range(len(orders))]
+        todo = [target for seen in starts for _, target in moves(seen, 0, grouped=True)]
         while todo:
             state = todo.pop()
             if state in edges:
                 continue
-            edges[state] = list(moves(*state))
+            edges[state] = list(moves(*state, grouped=True))
             todo.extend(target for _, target in edges[state])
         live = reaching([state for state in edges if done(state[0]) and state[1] >= lo], edges,
                         {state: [target for _, target in out] for state, out in edges.items()})
         key_chars = sum(len(m.name) + 2 for m in members)
-        if (len(live) + 1) * key_chars <= MAX_INLINE_KEY_CHARS:
-            spelled = [Sequence((m.key, self.share(m.rest, "member_value"))) for m in members]
-        else:
-            spelled = [self.share(Sequence((m.key, m.rest)), "member") for m in members]
+        inline = (len(live) + 1) * key_chars <= MAX_INLINE_KEY_CHARS
+        # Inlined: every member in every state's rule (at most MAX_INLINE_KEY_CHARS / 2 moves).
+        # Else each member is a shared rule, and two or more free members are one shared rule
+        # that spells their keys: one alternative per free member in every state was
+        # quadratic, and a rule that only calls member rules would make every caller's closure
+        # enter all of them.
+        group_free = not inline and len(free) > 1
+        spelled = [Sequence((m.key, self.share(m.rest, "member_value")))
+                   if inline or (group_free and not m.required)
+                   else self.share(Sequence((m.key, m.rest)), "member") for m in members]
+        any_free: Maybe = None
 
         def piece(i: int) -> Expr:
-            return extra if i == EXTRA else spelled[i]
+            return extra if i == EXTRA else any_free if i == FREE else spelled[i]
+
+        if group_free:
+            any_free = self.share(_alt(*[piece(i) for i in free]), "free_members")
+
+        def state_moves(seen: int, c: int):
+            return moves(seen, c, grouped=group_free)
 
         names = {state: self.new_rule("members") for state in sorted(live)}
         for state in sorted(live):
             alternatives: List[Maybe] = [EMPTY] if done(state[0]) and state[1] >= lo else []
             alternatives += [Sequence((sep, piece(i), RuleRef(names[target])))
-                             for i, target in edges[state] if target in live]
+                             for i, target in state_moves(*state) if target in live]
             self.rules[names[state]] = _alt(*alternatives)
         nonempty = _alt(*[Sequence((piece(i), RuleRef(names[target])))
-                          for i, target in first_moves if target in live])
+                          for seen in starts for i, target in state_moves(seen, 0)
+                          if target in live])
         empty_ok = lo == 0 and not required
         return _alt(fmt.empty("{}") if empty_ok else None,
                     _seq(fmt.open("{", depth), nonempty, fmt.close("}", depth)))
@@ -1959,7 +1990,7 @@ class _Converter:
         sep = fmt.item(depth)
         n = len(members)
         cap = hi if hi is not None else lo
-        if (n + 1) * (cap + 1) > MAX_COUNT_STATES:
+        if cap and (n + 1) * (cap + 1) > MAX_COUNT_STATES:
             raise GrammarError(f"unsupported keyword 'minProperties'/'maxProperties': {n} properties "
                                f"and a bound of {cap} need more than {MAX_COUNT_STATES} states")
 
@@ -2083,6 +2114,36 @@ class _Converter:
             names.add("integer")
         return names & everything
 
+    def value_summary(self, schema: Any) -> Dict[str, Optional[frozenset]]:
+        """The values the schema may have, per type of ``type_set``: the canonical values
+        (``_canonical``) when they are finitely many, else None. Cached per schema object, so
+        a chain of nested anyOf/oneOf is summarised once, level by level (testing a value
+        against each level below again made a chain quadratic in its depth)."""
+        key = ("value_summary", id(schema))
+        hit = self.cache.get(key)
+        if hit is None or hit[0] is not schema:
+            hit = self.cache[key] = (schema, self._value_summary(schema))
+        return hit[1]
+
+    def _value_summary(self, schema: Any) -> Dict[str, Optional[frozenset]]:
+        target = self.deref(schema)
+        if isinstance(target, dict):
+            listed = [target["const"]] if "const" in target else target.get("enum")
+            if isinstance(listed, list):
+                values: Dict[str, set] = {}
+                for value in listed:
+                    values.setdefault(_json_type_of(value), set()).add(_canonical(value))
+                return {name: frozenset(found) for name, found in values.items()}
+            for keyword in ("anyOf", "oneOf"):  # a value satisfies some branch
+                if isinstance(target.get(keyword), list):
+                    union: Dict[str, Optional[frozenset]] = {}
+                    for branch in target[keyword]:
+                        for name, found in self.value_summary(branch).items():
+                            known = union.get(name, frozenset())
+                            union[name] = None if found is None or known is None else known | found
+                    return union
+        return dict.fromkeys(self.type_set(schema))
+
     def value_set(self, schema: Any) -> Optional[set]:
         schema = self.deref(schema)
         if not isinstance(schema, dict):
@@ -2106,9 +2167,11 @@ class _Converter:
         types_a, types_b = self.type_set(a), self.type_set(b)
         if not types_a & types_b:
             return True
-        values_a, values_b = self.value_set(a), self.value_set(b)
-        if values_a is not None and values_b is not None and not values_a & values_b:
-            return True
+        summary_a, summary_b = self.value_summary(a), self.value_summary(b)
+        if all(summary_a[name] is not None and summary_b[name] is not None
+               and not summary_a[name] & summary_b[name]
+               for name in summary_a.keys() & summary_b.keys()):
+            return True  # finitely many values of each common type, none shared
         # A value of anyOf/oneOf(s_1..s_k) satisfies some s_i (sibling keywords only narrow
         # it): disjoint from every s_i is disjoint. Nested oneOfs whose branches are proven
         # apart this way need no complements (which multiply with the nesting depth).
@@ -2227,33 +2290,6 @@ class _Converter:
 # ----------------------------------------------------------------------------- checks and entry
 
 
-def _productive_rules(rules: Dict[str, Expr]) -> set:
-    """Rules that derive at least one finite string (fixpoint)."""
-    productive: set = set()
-
-    def ok(expr: Expr) -> bool:
-        if isinstance(expr, Literal):
-            return True
-        if isinstance(expr, CharClass):
-            return bool(expr.effective_ranges())
-        if isinstance(expr, RuleRef):
-            return expr.name in productive
-        if isinstance(expr, Sequence):
-            return all(ok(item) for item in expr.items)
-        if isinstance(expr, Choice):
-            return any(ok(item) for item in expr.alternatives)
-        return expr.min == 0 or ok(expr.expr)
-
-    changed = True
-    while changed:
-        changed = False
-        for name, body in rules.items():
-            if name not in productive and ok(body):
-                productive.add(name)
-                changed = True
-    return productive
-
-
 def load_schema(schema: Any) -> Any:
     """The schema as a dict or a bool, from a dict, a bool, a JSON text (str or bytes) or a
     Pydantic model class; anything else, or a JSON text of another value, is a GrammarError."""
@@ -2366,7 +2402,7 @@ def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: 
             raise GrammarError("schema at # matches nothing")
         rules = {name: expr for name, expr in converter.rules.items() if expr is not None}
         rules["root"] = body
-        productive = _productive_rules(rules)
+        productive = least_fixpoint(rules, is_productive)  # rules deriving a finite string
         for name in rules:
             if name not in productive:
                 where = converter.rule_pointer.get(name, "#")
