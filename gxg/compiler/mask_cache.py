@@ -83,6 +83,7 @@ class MaskCache:
                  max_bytes: Optional[int] = None):
         self.num_sorted = num_sorted              # size of the sorted vocabulary
         self.nodes = nodes                        # int32 [M]: the scannable nodes, ascending
+        self._scannable = frozenset(nodes.tolist())  # a set: asked for once per node
         self._entries: Dict[int, NodeTokenMask] = dict(entries or {})
         self._classify = classify                 # None: every entry is already computed
         self._max_bytes = max_bytes
@@ -94,8 +95,7 @@ class MaskCache:
             raise ValueError("a mask cache without a classifier needs every node's entry")
 
     def _check_node(self, node: int) -> None:
-        position = int(np.searchsorted(self.nodes, node))
-        if position >= len(self.nodes) or self.nodes[position] != node:
+        if node not in self._scannable:
             raise KeyError(f"node {node} has no mask-cache entry (it cannot scan a byte)")
 
     def entry(self, node: int) -> NodeTokenMask:
