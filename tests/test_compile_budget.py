@@ -60,6 +60,25 @@ def test_every_later_stage_checks_the_deadline(stage, monkeypatch):
         compiler.compile_grammar('root ::= "[" [0-9]+ ("," [0-9]+)* "]"')
 
 
+def nested_objects(depth: int) -> dict:
+    schema: dict = {"type": "integer"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+@pytest.mark.parametrize("schema,stage", [
+    (nested_objects(500), "the grammar's normalisation"),        # seconds of re-normalising
+    ({"type": "string", "minLength": 10000}, "the automaton"),   # one rule of ~100k states
+])
+def test_long_single_steps_check_the_deadline_inside(schema, stage):
+    """Found by the fuzz campaign: one normalisation or one rule's automaton ran for seconds
+    past the deadline; they check it inside their loops now (the compile would else finish)."""
+    compiler = GrammarCompiler(INFO, compile_timeout=0.3, cache_enabled=False)
+    with pytest.raises(gxg.CompileTimeoutError, match=f"in {stage}"):
+        compiler.compile_json_schema(schema)
+
+
 @pytest.mark.parametrize("bad", [0, -1, "5", True, float("nan")])
 def test_bad_timeouts_are_refused(bad):
     with pytest.raises(ValueError, match="compile_timeout"):

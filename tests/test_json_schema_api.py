@@ -158,6 +158,17 @@ HOSTILE = {
     "oneOf 500 deep": (nested("oneOf", 500), None),
     "prefixItems 500 deep": (nested("prefixItems", 500), None),
     "anyOf 30,000 deep": (nested("anyOf", 30_000), "nests too deeply"),
+    # type / required values are checked wherever they are (the fuzz campaign found
+    # TypeErrors under not, allOf, if and oneOf)
+    "not type an object": ({"not": {"type": {"a": 1}}},
+                           "'type' at #/not must be a string or an array"),
+    "allOf type an object": ({"allOf": [{"type": {"a": 1}}, {"type": "string"}]},
+                             "'type' at #/allOf/0 must be"),
+    "if type an object": ({"if": {"type": {}}, "then": {}}, "'type' at #/if must be"),
+    "oneOf type [{}]": ({"oneOf": [{"type": [{}]}, {"type": "string"}]},
+                        "'type' at #/oneOf/0 must be an array of strings, got {}"),
+    "required [1]": ({"type": "object", "required": [1]},
+                     "'required' at # must be an array of strings"),
     "oneOf 60 deep, disjoint branches": (one_of_chain(60, overlapping=False), None),
     "oneOf 60 deep, overlapping branches": (one_of_chain(60, overlapping=True), None),
 }

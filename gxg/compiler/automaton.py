@@ -76,6 +76,8 @@ from typing import Dict, FrozenSet, List, Optional, Sequence as Seq, Tuple
 import numpy as np
 
 from gxg import compile_budget
+
+BUDGET_CHECK_EVERY = 1024  # rounds of a long loop between two checks of the compile deadline
 from gxg.grammar.ir import (
     children,
     CharClass,
@@ -355,7 +357,11 @@ class _NfaBuilder:
                 f"limit of {self.max_nodes}")
         nfa = _Nfa()
         todo = [(body, 0, 1)]
+        placed = 0
         while todo:
+            placed += 1
+            if placed % BUDGET_CHECK_EVERY == 0:  # one rule can unroll to many nodes
+                compile_budget.check("the automaton", self.rule_name)
             expr, source, target = todo.pop()
             self._place(nfa, expr, source, target, todo)
         return nfa
@@ -586,6 +592,8 @@ def _determinise(nfa: _Nfa, rule_name: str, budget: int, max_nodes: int) -> _Rul
     while index < len(subsets):
         subset = subsets[index]
         index += 1
+        if index % BUDGET_CHECK_EVERY == 0:  # one rule's subsets can take seconds
+            compile_budget.check("the automaton", rule_name)
         if len(subset) == 1:
             targets = grouped[next(iter(subset))]  # read only
         else:
@@ -860,7 +868,11 @@ def _coarsest_partition(moves: List[Dict[int, int]], final: List[bool],
             block_of[state] = block
     waiting = list(range(len(members)))
     is_waiting = [True] * len(members)
+    rounds = 0
     while waiting:
+        rounds += 1
+        if rounds % BUDGET_CHECK_EVERY == 0:  # one rule's DFA can take seconds (minLength 10k)
+            compile_budget.check("the automaton's minimisation")
         splitter = waiting.pop()
         is_waiting[splitter] = False
         sources_by_letter: Dict[int, List[int]] = {}
@@ -1135,8 +1147,11 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     # 3-4: dead parts, then minimisation
     if not _nothing_can_be_dead(bodies, rule_ids, fragments):
         _prune_dead(dfas)
-    compile_budget.check("the automaton's minimisation")
-    dfas = [_minimise(dfa) for dfa in dfas]
+    minimal = []
+    for dfa in dfas:
+        compile_budget.check("the automaton's minimisation")
+        minimal.append(_minimise(dfa))
+    dfas = minimal
 
     # 5: tables
     starts, final_list, node_refs, byte_edges = _flatten(dfas)

@@ -249,7 +249,12 @@ def normalize(expr: Expr) -> Expr:
     """
     done: dict = {}  # id(node) -> normal form of node
     stack = [(expr, False)]
+    steps = 0
     while stack:
+        steps += 1
+        if steps % 4096 == 0:  # a deeply nested schema normalises big trees many times
+            from gxg import compile_budget  # here: compile_budget imports this module
+            compile_budget.check("the grammar's normalisation")
         node, children_done = stack.pop()
         if isinstance(node, (Literal, CharClass, RuleRef)):
             done[id(node)] = node

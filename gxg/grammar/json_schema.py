@@ -2338,8 +2338,10 @@ _KEYWORD_TYPES = {
     "if": (dict, bool), "then": (dict, bool), "else": (dict, bool),
     "unevaluatedItems": (dict, bool), "unevaluatedProperties": (dict, bool),
     "dependentRequired": (dict,), "dependentSchemas": (dict,), "$ref": (str,),
-    "pattern": (str,),
+    "pattern": (str,), "type": (str, list), "required": (list,),
 }
+# keyword -> the JSON type of each element of its array value
+_ELEMENT_TYPES = {"type": str, "required": str}
 _JSON_TYPE_NAMES = {list: "an array", dict: "an object", bool: "a boolean", str: "a string"}
 # keywords whose value holds subschemas: one (dict), a list of them, or a map of them
 _SUBSCHEMA_ONE = ("not", "additionalProperties", "additionalItems", "propertyNames", "contains",
@@ -2364,6 +2366,13 @@ def check_keyword_types(root: Any) -> None:
                 raise GrammarError(f"'{key}' at {ptr} must be {wanted}, got {json.dumps(value)}"
                                    if _shallow(value) else
                                    f"'{key}' at {ptr} must be {wanted}")
+            element = _ELEMENT_TYPES.get(key)
+            if element is not None and isinstance(value, list):
+                bad = next((item for item in value if not isinstance(item, element)), None)
+                if bad is not None:
+                    raise GrammarError(f"'{key}' at {ptr} must be an array of "
+                                       f"{_JSON_TYPE_NAMES[element][2:]}s, got "
+                                       f"{json.dumps(bad)[:40]} in it")
         for key in _SUBSCHEMA_ONE:
             if isinstance(schema.get(key), dict):
                 pending.append((schema[key], f"{ptr}/{key}"))
