@@ -180,7 +180,8 @@ def test_unknown_cache_modes_are_refused(bad):
 
 def test_a_node_too_ambiguous_to_walk_is_an_error_each_time_it_is_asked_for():
     """The eager cache refuses such a grammar when compiling; the lazy one compiles it, and the
-    node's entry is a GrammarError whenever asked for, the walk not repeated."""
+    node's entry is a GrammarError whenever asked for, the walk not repeated; binding it to a
+    batch (whose arena needs every entry) is the same GrammarError."""
     ambiguous = 'root ::= r1\nr1 ::= r2\nr2 ::= (r3 root root "a" root*){0,2}\nr3 ::= root'
     info = make_info([b"a", b"b", b"aa", b"ab", b"ba", b"bb", b"aab", b"abb", b"bab"])
     with pytest.raises(gxg.GrammarError, match="too ambiguous"):
@@ -196,6 +197,9 @@ def test_a_node_too_ambiguous_to_walk_is_an_error_each_time_it_is_asked_for():
         with pytest.raises(gxg.GrammarError, match="too ambiguous"):
             cache.entry(failing[0])
     assert walks == []
+    batch = GrammarBatch(info, device="cpu", max_batch=1)
+    with pytest.raises(gxg.GrammarError, match="too ambiguous"):  # the arena needs every entry
+        batch.bind(0, GrammarCompiler(info).compile_grammar(ambiguous))
     background = GrammarCompiler(info, mask_cache="background").compile_grammar(ambiguous)
     background.mask_cache.background.join(timeout=60)  # ends, leaving the node to its fill
     assert not background.mask_cache.background.is_alive()
