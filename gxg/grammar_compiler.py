@@ -330,6 +330,7 @@ class GrammarCompiler:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
+                self._evict()  # lazy mask caches grow after insertion
                 return hit
             pending = self._pending.get(key)
             owner = pending is None

@@ -218,3 +218,20 @@ def test_a_fill_whose_node_cannot_be_walked_raises_a_runtime_error():
     mask = gxg.allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size)
     with pytest.raises(gxg.GrammarRuntimeError, match="cannot be computed: the grammar is too"):
         matcher.fill_next_token_bitmask(mask)
+
+
+def test_the_compiler_cache_limit_sees_lazy_caches_grow():
+    """cache_limit_bytes counts the entries computed since insertion: the next compile call
+    (a hit too) evicts the least recently used grammar when they push it over the limit."""
+    name, ebnf, sentences = next(z for z in GRAMMAR_ZOO if z[0] == "nested_arrays")
+    info = make_info(synthetic_vocab(sentences))
+    sizes = [GrammarCompiler(info).compile_grammar(g).memory_size_bytes
+             for g in ('root ::= "[" [0-9]* "]"', 'root ::= "a"')]
+    compiler = GrammarCompiler(info, cache_limit_bytes=sum(sizes))
+    grown = compiler.compile_grammar('root ::= "[" [0-9]* "]"')
+    compiler.compile_grammar('root ::= "a"')
+    grown.mask_cache.precompute()                    # grows past what was counted
+    assert grown.memory_size_bytes > sizes[0]
+    compiler.compile_grammar('root ::= "a"')         # a hit: the limit is checked again
+    assert compiler.compile_grammar('root ::= "[" [0-9]* "]"') is not grown
+
