@@ -14,8 +14,12 @@ Out: a ``MaskCache``: for every scannable node n, the tokens classified from n w
 
      On the host each node's entry uses the paper's adaptive storage: the accepted list, the
      rejected list or a bitset over the sorted vocabulary, whichever is smallest; the uncertain
-     tokens are a list. The layout the kernels read is derived from it (``kernel_layout``):
-     deduplicated dense accept rows in token-id bit space and an uncertain-token CSR.
+     tokens are a list. Entries are computed all at once (``build_mask_cache``) or each the
+     first time it is asked for (``lazy=True``: a ``NodeClassifier`` walks the vocabulary from
+     the nodes a fill reaches), and kept. What the fills read is derived from them: the CPU
+     fill's per-node dense rows (``NodeMasks``, built as nodes are reached) and the kernels'
+     layout of every node (``kernel_layout``: deduplicated dense accept rows in token-id bit
+     space and an uncertain-token CSR), plus the second level (``build_context_pairs``).
 
 Indices in entries are positions in the sorted vocabulary (``TokenizerInfo.sorted_token_ids``).
 """
