@@ -177,7 +177,7 @@ class CompiledGrammar:
             entries[node] = NodeTokenMask(StoreType(store), pieces["indices"], pieces["bitset"],
                                           pieces["uncertain"])
         classify = None if len(entries) == len(nodes) else \
-            _deferred_classifier(automaton, tokenizer_info)
+            NodeClassifier(automaton, token_trie(tokenizer_info))  # for the entries not kept
         cache = MaskCache(int(header["num_sorted"]), nodes, classify, entries)
         return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
 
@@ -206,18 +206,6 @@ def _tokenizer_fingerprint(info: TokenizerInfo) -> dict:
 def token_trie(tokenizer_info: TokenizerInfo) -> TokenTrie:
     return TokenTrie(tokenizer_info.token_bytes, tokenizer_info.token_offsets,
                      tokenizer_info.common_prefix_len)
-
-
-def _deferred_classifier(automaton: Automaton, tokenizer_info: TokenizerInfo):
-    """A node classifier built on its first call (the token trie costs a vocabulary pass: a
-    deserialized grammar whose entries all came with it never pays it)."""
-    made = []
-
-    def classify(nodes):
-        if not made:
-            made.append(NodeClassifier(automaton, token_trie(tokenizer_info)))
-        return made[0](nodes)
-    return classify
 
 
 def compile_grammar_ir(grammar: Grammar, tokenizer_info: TokenizerInfo,

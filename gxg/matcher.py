@@ -116,7 +116,10 @@ class GrammarMatcher:
             warnings.warn("the matcher has terminated (a stop token was accepted); "
                           "accept_token ignored")
             return False
-        token_id = int(token_id)
+        return self._accept(int(token_id))
+
+    def _accept(self, token_id: int) -> bool:
+        """One token on a matcher that has not terminated (no warning: the callers check)."""
         if self._terminate_without_stop and 0 <= token_id < self._tables.vocab_size \
                 and self._tables.is_stop[token_id]:
             return False
@@ -160,7 +163,7 @@ class GrammarMatcher:
         if self._state.terminated[0]:
             raise RuntimeError("the matcher has terminated (a stop token was accepted); "
                                "roll back or reset before filling a mask")
-        words = (self._tables.vocab_size + 31) // 32
+        words = self._tables.words
         if bitmask.dtype != torch.int32 or bitmask.device.type != "cpu":
             raise ValueError(f"bitmask must be an int32 CPU tensor, got {bitmask.dtype} on "
                              f"{bitmask.device}")
@@ -219,8 +222,7 @@ class GrammarMatcher:
     def fork(self) -> "GrammarMatcher":
         twin = object.__new__(GrammarMatcher)
         twin.__dict__.update(self.__dict__)
-        twin._state = RuntimeState.allocate(1, self._state.limits)
-        self._state.copy_slot(0, twin._state, 0)
+        twin._state = self._snapshot()
         return twin
 
     # ------------------------------------------------------------------ speculative decoding
@@ -239,7 +241,7 @@ class GrammarMatcher:
         were); else True. ``temperatures`` (1-D float32 CPU, at least N): -1 for every node, as
         XGrammar writes where no temperature is configured (gxg grammars configure none)."""
         tree = draft_tree(retrieve_next_token, retrieve_next_sibling, draft_tokens)
-        words = (self._tables.vocab_size + 31) // 32
+        words = self._tables.words
         if not isinstance(token_bitmask, torch.Tensor) or token_bitmask.dtype != torch.int32 \
                 or token_bitmask.device.type != "cpu" or token_bitmask.dim() != 2 \
                 or tuple(token_bitmask.shape) != (tree.num_nodes, words):
@@ -298,14 +300,10 @@ class GrammarMatcher:
         return True
 
     def _accept_draft_token(self, token_id: int) -> bool:
-        """accept_token without its warnings: a draft token outside the vocabulary is rejected."""
+        """accept_token without its warning: a draft token outside the vocabulary is rejected."""
         if self._state.terminated[0] or not 0 <= token_id < self._tables.vocab_size:
             return False
-        if self._terminate_without_stop and self._tables.is_stop[token_id]:
-            return False
-        accepted = reference.accept_token(self._state, 0, self._tables, token_id)
-        self._raise_on_error()
-        return accepted
+        return self._accept(token_id)
 
     def find_jump_forward_string(self) -> str:
         """The longest string every continuation must start with (state unchanged)."""

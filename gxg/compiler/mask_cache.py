@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -82,7 +82,7 @@ class MaskCache:
     time differs). Thread-safe: matchers on several threads share one compiled grammar."""
 
     def __init__(self, num_sorted: int, nodes: np.ndarray,
-                 classify: Optional["NodeClassifier"] = None,
+                 classify: Optional[Callable[[np.ndarray], List[NodeTokenMask]]] = None,
                  entries: Optional[Dict[int, NodeTokenMask]] = None,
                  max_bytes: Optional[int] = None):
         self.num_sorted = num_sorted              # size of the sorted vocabulary
