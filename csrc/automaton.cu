@@ -6,8 +6,9 @@
 //      budgets).
 // Out: the state advanced exactly as ops/reference.py advances it, entry for entry: the same
 //      moves in the same order (scan every top, close the new stacks with a LIFO work list in
-//      seed order, one visit per (node, parent), pool entries reused or appended, window
-//      compaction after a token, global compaction before a step when the pool is 3/4 full).
+//      seed order, one visit per (node, parent), pool entries reused — found through the pool
+//      index, the hash-consing of ops/reference.py — or appended, window compaction after a
+//      token, global compaction before a step when the pool is 3/4 full).
 //
 // Kernels
 //   xg_accept      grid B x 32 threads, lane 0 of one warp per slot (the per-slot control flow
@@ -15,7 +16,8 @@
 //                  bytes (a few), per byte one scan of every top and a closure; reads the
 //                  automaton tables (L1/L2 resident: a grammar is KBs) and the slot's pool;
 //                  writes O(new entries) pool words + one history record (K+5 ints).
-//   xg_reset       same grid; the closure of the root start.
+//   xg_reset       same grid; the warp clears the slot's pool index (PI ints), then lane 0
+//                  closes the root start.
 //   xg_rollback    grid ceil(B/64) x 64, one thread per slot; restores a history record
 //                  (K+5 ints per step rolled back; no divergence to speak of).
 //   xg_uncertain   grid B x 64 threads: one block per slot; for each live top, one thread per
@@ -73,12 +75,12 @@ __device__ __forceinline__ T* ptr(const u64* table, int index) {
 }
 
 struct Limits {
-  int P, K, H, max_closure, work_cap, V;
+  int P, K, H, max_closure, work_cap, V, PI;
 };
 
 __device__ __forceinline__ Limits load_limits(const u64* t) {
   const int* l = ptr<const int>(t, P_LIMITS);
-  Limits limits = {l[L_P], l[L_K], l[L_H], l[L_MAX_CLOSURE], l[L_WORK_CAP], l[L_V]};
+  Limits limits = {l[L_P], l[L_K], l[L_H], l[L_MAX_CLOSURE], l[L_WORK_CAP], l[L_V], l[L_PI]};
   return limits;
 }
 
@@ -92,6 +94,8 @@ struct Slot {
   int* pool_node;    // this slot's pool rows
   int* pool_parent;
   int* pool_size;    // &pool_size[b]
+  int* pool_index;   // this slot's pool index (PI slots)
+  int frames_made;   // frames appended or indexed in this step (the window needs re-indexing)
   // tables
   const int* node_next;
   const int* next_flat;
@@ -114,6 +118,8 @@ __device__ Slot make_slot(const u64* t, int b) {
   s.pool_node = ptr<int>(t, P_POOL_NODE) + (size_t)b * s.lim.P;
   s.pool_parent = ptr<int>(t, P_POOL_PARENT) + (size_t)b * s.lim.P;
   s.pool_size = ptr<int>(t, P_POOL_SIZE) + b;
+  s.pool_index = ptr<int>(t, P_POOL_INDEX) + (size_t)b * s.lim.PI;
+  s.frames_made = 0;
   s.node_next = ptr<const int>(t, P_NODE_NEXT);
   s.next_flat = ptr<const int>(t, P_NEXT_FLAT);
   s.node_flags = ptr<const int>(t, P_NODE_FLAGS);
@@ -133,22 +139,86 @@ __device__ __forceinline__ int scan(const Slot& s, int node, int byte) {
   return s.next_flat[s.node_next[s.base + node] + s.byte_class[byte]];
 }
 
+// ----------------------------------------------------------------------------- pool index
+
+// The pool's hash-consing index: ops/reference.py ("pool index") documents it; the same moves.
+// Returns the entry of (node, parent) the index holds, or -1; *free_slot: the first slot an
+// insert may use (-1: none among the probes).
+__device__ int index_probe(const Slot& s, int node, int parent, int size, int* free_slot) {
+  int mask = s.lim.PI - 1;
+  int start = pool_index_slot(node, parent, s.lim.PI);
+  int free = -1;
+  for (int i = 0; i < POOL_INDEX_PROBES; ++i) {
+    int j = (start + i) & mask;
+    int entry = s.pool_index[j];
+    if (entry == POOL_INDEX_EMPTY) {
+      *free_slot = free < 0 ? j : free;
+      return -1;
+    }
+    if (entry == POOL_INDEX_TOMBSTONE || entry >= size) {
+      if (free < 0) free = j;
+    } else if (s.pool_node[entry] == node && s.pool_parent[entry] == parent) {
+      *free_slot = free;
+      return entry;
+    }
+  }
+  *free_slot = free;
+  return -1;
+}
+
+__device__ void index_insert(Slot& s, int entry, int size) {
+  int free;
+  if (index_probe(s, s.pool_node[entry], s.pool_parent[entry], size, &free) < 0 && free >= 0)
+    s.pool_index[free] = entry;
+}
+
+// Tombstone the index slot of ``entry`` (its key read before the entry moves).
+__device__ void index_remove(Slot& s, int entry) {
+  int mask = s.lim.PI - 1;
+  int start = pool_index_slot(s.pool_node[entry], s.pool_parent[entry], s.lim.PI);
+  for (int i = 0; i < POOL_INDEX_PROBES; ++i) {
+    int j = (start + i) & mask;
+    int held = s.pool_index[j];
+    if (held == POOL_INDEX_EMPTY) return;
+    if (held == entry) {
+      s.pool_index[j] = POOL_INDEX_TOMBSTONE;
+      return;
+    }
+  }
+}
+
 // ----------------------------------------------------------------------------- closure
 
-// Entry for (node, parent): one created earlier in this closure ([created_from, size)), else a
+// Entry for (node, parent). A frame: one the pool index finds, else one created earlier in this
+// closure ([created_from, size): it may be a top's), else a new one; a frame not found in the
+// index is indexed when the probe had room. A top: one created earlier in this closure, else a
 // new one. Returns -1 (and sets *error) if the pool is full.
-__device__ int entry_for(Slot& s, int node, int parent, int created_from, int* error) {
+__device__ int entry_for(Slot& s, int node, int parent, int created_from, bool frame,
+                         int* error) {
   int size = *s.pool_size;
-  for (int i = created_from; i < size; ++i)
-    if (s.pool_node[i] == node && s.pool_parent[i] == parent) return i;
-  if (size >= s.lim.P) {
-    *error = ERR_POOL_FULL;
-    return -1;
+  int free = -1;
+  if (frame) {
+    int found = index_probe(s, node, parent, size, &free);
+    if (found >= 0) return found;
   }
-  s.pool_node[size] = node;
-  s.pool_parent[size] = parent;
-  *s.pool_size = size + 1;
-  return size;
+  int entry = -1;
+  for (int i = created_from; i < size; ++i)
+    if (s.pool_node[i] == node && s.pool_parent[i] == parent) { entry = i; break; }
+  if (entry < 0) {
+    if (size >= s.lim.P) {
+      *error = ERR_POOL_FULL;
+      return -1;
+    }
+    s.pool_node[size] = node;
+    s.pool_parent[size] = parent;
+    *s.pool_size = size + 1;
+    entry = size;
+  }
+  if (frame) {
+    ++s.frames_made;
+    if (free >= 0) s.pool_index[free] = entry;
+  }
+  return entry;
 }
 
 // Close the seeds (already on the work list, in LIFO order); writes the new tops into
@@ -175,7 +245,7 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
     int flags = flags_of(s, node);
     if (flags & FLAG_SCANNABLE) {
       if (num_tops >= s.lim.K) { *error = ERR_TOO_MANY_STACKS; return -1; }
-      if (entry < 0) entry = entry_for(s, node, parent, created_from, error);
+      if (entry < 0) entry = entry_for(s, node, parent, created_from, false, error);
       if (entry < 0) return -1;
       tops_out[num_tops++] = entry;
     }
@@ -189,7 +259,7 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
       int ret = s.ref_return[e];
       int frame = parent;
       if (!(flags_of(s, ret) & FLAG_PURE_RETURN)) {
-        frame = entry_for(s, ret, parent, created_from, error);
+        frame = entry_for(s, ret, parent, created_from, true, error);
         if (frame < 0) return -1;
       }
       work[3 * slot_index] = s.ref_start[e];
@@ -213,7 +283,8 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
 
 // ----------------------------------------------------------------------------- compaction
 
-// Drop entries appended since ``base_size`` that no top reaches; remap the tops.
+// Drop entries appended since ``base_size`` that no top reaches; remap the tops. When the step
+// appended a frame, the pool index forgets the dropped and moved entries and learns the moved.
 __device__ void compact_window(Slot& s, int base_size, int* tops, int num_tops) {
   int size = *s.pool_size;
   if (size == base_size) return;
@@ -223,19 +294,26 @@ __device__ void compact_window(Slot& s, int base_size, int* tops, int num_tops) 
     int e = tops[k];
     while (e >= base_size && mark[e] < 0) { mark[e] = 0; e = s.pool_parent[e]; }
   }
-  int next = base_size;  // ascending: a parent is moved (and renumbered) before its child
-  for (int i = base_size; i < size; ++i) {
+  int next = base_size;  // new indices, ascending
+  for (int i = base_size; i < size; ++i)
+    if (mark[i] >= 0) mark[i] = next++;
+  bool reindex = s.frames_made > 0;
+  if (reindex)  // keys read before the move
+    for (int i = base_size; i < size; ++i)
+      if (mark[i] != i) index_remove(s, i);
+  for (int i = base_size; i < size; ++i) {  // a parent is moved (and renumbered) before its child
     if (mark[i] < 0) continue;
     int parent = s.pool_parent[i];
     if (parent >= base_size) parent = mark[parent];
-    mark[i] = next;
-    s.pool_node[next] = s.pool_node[i];
-    s.pool_parent[next] = parent;
-    ++next;
+    s.pool_node[mark[i]] = s.pool_node[i];
+    s.pool_parent[mark[i]] = parent;
   }
   for (int k = 0; k < num_tops; ++k)
     if (tops[k] >= base_size) tops[k] = mark[tops[k]];
   *s.pool_size = next;
+  if (reindex)
+    for (int i = base_size; i < size; ++i)
+      if (mark[i] >= 0 && mark[i] != i) index_insert(s, mark[i], next);
 }
 
 // History ring slot of the i-th most recent step.
@@ -282,6 +360,8 @@ __device__ void compact_pool(Slot& s) {
       hist_tops[step * K + k] = mark[hist_tops[step * K + k]];
     hist_pool[step] = next;
   }
+  for (int j = 0; j < s.lim.PI; ++j) s.pool_index[j] = POOL_INDEX_EMPTY;
+  for (int i = 0; i < next; ++i) index_insert(s, i, next);
 }
 
 // ----------------------------------------------------------------------------- history
@@ -382,8 +462,11 @@ extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token
 
 extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
   int b = blockIdx.x;
-  if (b >= B || threadIdx.x != 0 || !which[b]) return;
+  if (b >= B || !which[b]) return;
   Slot s = make_slot(t, b);
+  for (int j = threadIdx.x; j < s.lim.PI; j += blockDim.x) s.pool_index[j] = POOL_INDEX_EMPTY;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
   *s.pool_size = 0;
   ptr<int>(t, P_HIST_LEN)[b] = 0;
   ptr<int>(t, P_HIST_HEAD)[b] = 0;

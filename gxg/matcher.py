@@ -8,8 +8,11 @@ Semantics follow XGrammar 0.2.8 (see the project's reference notes): a rejected 
 string changes nothing; every accepted token, string and stop token is one rollback step; a
 stop token is accepted iff the root can complete; after it nothing is accepted and filling the
 mask raises. Differences: rollback depth is bounded by ``max_rollback_tokens`` (default 64;
-XGrammar keeps unlimited history), and a runtime limit that is hit (too many parallel stacks,
-a full stack pool) raises ``GrammarRuntimeError`` instead of growing without bound. With the
+XGrammar keeps unlimited history), and the state's size is bounded: by default the matcher
+starts with ``RuntimeLimits()`` and, when a step needs more parallel stacks, pool entries or
+closure room, doubles that limit and takes the step again, up to ``max_state_bytes`` of state;
+past that (or with ``limits`` given, which are then fixed) the step raises
+``GrammarRuntimeError`` naming the limit, and the matcher stays as it was. With the
 lazy mask cache (the default) a node's token masks are computed when a fill first reaches it:
 a grammar too ambiguous there (the compile-time limit of the eager cache) raises
 ``GrammarRuntimeError`` from that fill, and the matcher stays usable.
@@ -33,6 +36,7 @@ from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
 from gxg.runtime import RuntimeLimits, RuntimeState
 
 DEFAULT_ROLLBACK_TOKENS = 64
+DEFAULT_MAX_STATE_BYTES = 8 << 20  # a growing matcher stops here (16,384 stacks at the default history)
 bitmask_dtype = torch.int32
 
 
@@ -66,7 +70,8 @@ class GrammarMatcher:
                  override_stop_tokens: Optional[Union[int, List[int]]] = None,
                  terminate_without_stop_token: bool = False,
                  max_rollback_tokens: int = -1,
-                 limits: Optional[RuntimeLimits] = None):
+                 limits: Optional[RuntimeLimits] = None,
+                 max_state_bytes: int = DEFAULT_MAX_STATE_BYTES):
         if not isinstance(compiled_grammar, CompiledGrammar):
             raise TypeError("GrammarMatcher needs a CompiledGrammar")
         info = compiled_grammar.tokenizer_info
@@ -81,6 +86,8 @@ class GrammarMatcher:
             if bad:
                 raise ValueError(f"stop token ids out of range [0, {info.vocab_size}): {bad}")
         history = max_rollback_tokens if max_rollback_tokens > 0 else DEFAULT_ROLLBACK_TOKENS
+        # limits given: fixed; none: RuntimeLimits() grown on demand up to max_state_bytes
+        self._max_state_bytes = int(max_state_bytes) if limits is None else None
         limits = limits or RuntimeLimits()
         if limits.history != history:
             limits = RuntimeLimits(limits.max_stacks, limits.pool_entries, history,
@@ -123,24 +130,53 @@ class GrammarMatcher:
         if self._terminate_without_stop and 0 <= token_id < self._tables.vocab_size \
                 and self._tables.is_stop[token_id]:
             return False
-        accepted = reference.accept_token(self._state, 0, self._tables, token_id)
-        self._raise_on_error()
-        return accepted
+        return self._step(lambda: reference.accept_token(self._state, 0, self._tables, token_id))
 
     def accept_string(self, input_str: Union[str, bytes], *, debug_print: bool = False) -> bool:
         data = input_str.encode("utf-8") if isinstance(input_str, str) else bytes(input_str)
         if self._state.terminated[0]:
             return False
-        accepted = reference.accept_bytes(self._state, 0, self._tables, data)
-        self._raise_on_error()
-        return accepted
+        return self._step(lambda: reference.accept_bytes(self._state, 0, self._tables, data))
 
-    def _raise_on_error(self) -> None:
-        code = int(self._state.error[0])
-        if code:
-            message = self._state.limits.message(code)
+    def _step(self, op):
+        """Run a reference op; when it hits a limit (the state is then as it was before), grow
+        that limit and run it again, or raise."""
+        while True:
+            result = op()
+            code = int(self._state.error[0])
+            if not code:
+                return result
             self._state.error[0] = 0  # the step was not taken; the matcher stays usable
+            self._grow(code)
+
+    def _grow(self, code: int) -> None:
+        limits = self._state.limits
+        message = limits.message(code)
+        wider = limits.grown(code)
+        if self._max_state_bytes is None or wider == limits:
             raise GrammarRuntimeError(message)
+        if wider.state_bytes() > self._max_state_bytes:
+            raise GrammarRuntimeError(
+                f"{message}; the matcher's state already grew to {limits.state_bytes():,} "
+                f"bytes and the next size ({wider.state_bytes():,}) is past max_state_bytes="
+                f"{self._max_state_bytes:,}")
+        self._state = self._resized(self._state, wider)
+
+    @staticmethod
+    def _resized(state: RuntimeState, limits: RuntimeLimits) -> RuntimeState:
+        if state.limits == limits:
+            return state
+        out = state.grown(limits)
+        if limits.pool_entries != state.limits.pool_entries:
+            reference.rebuild_pool_index(out, 0)
+        return out
+
+    def _restore(self, snapshot: RuntimeState) -> None:
+        """Back to a snapshot's state (taken before a step that may have grown the limits)."""
+        if snapshot.limits == self._state.limits:
+            snapshot.copy_slot(0, self._state, 0)
+        else:
+            self._state = self._resized(snapshot, self._state.limits)
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0, *,
                                 debug_print: bool = False,
@@ -209,8 +245,7 @@ class GrammarMatcher:
         return bool(self._state.terminated[0])
 
     def reset(self) -> None:
-        reference.reset(self._state, 0, self._tables)
-        self._raise_on_error()
+        self._step(lambda: reference.reset(self._state, 0, self._tables))
 
     def rollback(self, num_tokens: int = 1) -> None:
         if not reference.rollback(self._state, 0, int(num_tokens)):
@@ -261,7 +296,7 @@ class GrammarMatcher:
         try:
             return self._traverse(tree, token_bitmask, deadline)
         finally:
-            start.copy_slot(0, self._state, 0)
+            self._restore(start)
 
     def _snapshot(self) -> RuntimeState:
         copy = RuntimeState.allocate(1, self._state.limits)
@@ -291,7 +326,7 @@ class GrammarMatcher:
             if deadline is not None and time.perf_counter() > deadline:
                 return False
             if i > 0:
-                saved.copy_slot(0, self._state, 0)
+                self._restore(saved)
             child = kids[i]
             if self._accept_draft_token(tree.tokens[child]) and not self.is_terminated():
                 enter(child)

@@ -11,6 +11,12 @@ Out: ``RuntimeState``: plain arrays (numpy on the host; the GPU runtime holds th
                                    entries (paper §3.3). A parent's index is always smaller
                                    than its child's.
      pool_size    int32 [B]        bump pointer
+     pool_index   int32 [B, PI]    hash index (node, parent) -> entry, so that a stack reached
+                                   again (by another parse, a later byte or step) reuses its
+                                   entries instead of appending a copy: the parallel stacks of
+                                   an ambiguous grammar then grow with the distinct stacks, not
+                                   with the parses (hash-consing). A cache: a lookup checks the
+                                   entry it finds; a probe that finds no room inserts nothing
      tops         int32 [B, K]     live stack tops (entry indices), deduplicated by
      num_tops     int32 [B]        (node, parent); every top's node can scan a byte
      can_end      int8  [B]        the root rule can complete now (a stop token is allowed)
@@ -63,25 +69,57 @@ class RuntimeLimits:
                 raise ValueError(f"RuntimeLimits.{name} must be >= 1")
 
     @property
+    def pool_index_slots(self) -> int:
+        """PI: the size of a slot's pool index (``gxg.layout.pool_index_slots``)."""
+        return layout.pool_index_slots(self.pool_entries)
+
+    @property
     def work_capacity(self) -> int:
         """Pending (node, parent) items one closure's work list may hold."""
         return 4 * self.max_closure
 
     def dims(self, batch: int) -> dict:
         """The layout's dimension symbols these limits fix (``gxg.layout``)."""
-        return {"B": batch, "P": self.pool_entries, "K": self.max_stacks, "H": self.history,
+        return {"B": batch, "P": self.pool_entries, "PI": self.pool_index_slots,
+                "K": self.max_stacks, "H": self.history,
                 "CLOSURE": self.max_closure, "WORK": self.work_capacity}
 
     def row(self, vocab_size: int) -> list:
         """The ``limits`` buffer's 8 ints, positions as ``gxg.layout.LIMITS_ROW`` declares."""
         values = {"P": self.pool_entries, "K": self.max_stacks, "H": self.history,
                   "MAX_CLOSURE": self.max_closure, "WORK_CAP": self.work_capacity,
-                  "V": vocab_size}
+                  "V": vocab_size, "PI": self.pool_index_slots}
         row = [values[name] for name in layout.LIMITS_ROW]
         return row + [0] * (layout.buffer("limits").dims[0] - len(row))
 
     def message(self, code: int) -> str:
         return ERROR_MESSAGES[ErrorCode(code)].format(**self.__dict__)
+
+    def state_bytes(self, batch: int = 1) -> int:
+        """Bytes of a ``RuntimeState`` of ``batch`` slots with these limits."""
+        dims = self.dims(batch)
+        total = 0
+        for name in layout.names("state"):
+            count = 1
+            for size in layout.shape_of(name, dims):
+                count *= size
+            total += count * np.dtype(layout.buffer(name).dtype).itemsize
+        return total
+
+    def grown(self, code: int) -> "RuntimeLimits":
+        """These limits with the one that error ``code`` names doubled (the same limits when
+        the code names no limit that can grow)."""
+        field = GROWABLE.get(ErrorCode(code))
+        if field is None:
+            return self
+        values = dict(self.__dict__)
+        values[field] *= 2
+        return RuntimeLimits(**values)
+
+
+#: The limit each error code says was too small (``RuntimeLimits.grown``).
+GROWABLE = {ErrorCode.TOO_MANY_STACKS: "max_stacks", ErrorCode.POOL_FULL: "pool_entries",
+            ErrorCode.CLOSURE_TOO_LARGE: "max_closure"}
 
 
 @dataclass(eq=False)
@@ -90,6 +128,7 @@ class RuntimeState:
     pool_node: np.ndarray
     pool_parent: np.ndarray
     pool_size: np.ndarray
+    pool_index: np.ndarray
     tops: np.ndarray
     num_tops: np.ndarray
     can_end: np.ndarray
@@ -107,11 +146,12 @@ class RuntimeState:
     @staticmethod
     def allocate(batch: int, limits: RuntimeLimits = RuntimeLimits()) -> "RuntimeState":
         """Zeroed arrays of the declared shapes and dtypes (``gxg.layout``, group "state");
-        parents start at -1 (the bottom)."""
+        parents start at -1 (the bottom), the pool index empty."""
         dims = limits.dims(batch)
         arrays = {name: np.zeros(layout.shape_of(name, dims), layout.buffer(name).dtype)
                   for name in RuntimeState.FIELDS}
         arrays["pool_parent"][:] = -1
+        arrays["pool_index"][:] = layout.KERNEL_CONSTANTS["POOL_INDEX_EMPTY"]
         return RuntimeState(limits=limits, **arrays)
 
     FIELDS = tuple(layout.names("state"))
@@ -128,6 +168,21 @@ class RuntimeState:
     @property
     def batch_size(self) -> int:
         return int(self.pool_size.shape[0])
+
+    def grown(self, limits: RuntimeLimits) -> "RuntimeState":
+        """A copy in arrays sized for ``limits`` (every limit at least this state's, the same
+        history): each field's contents in the leading corner. The pool index is copied as it
+        is, so when ``pool_entries`` changed it must be rebuilt (``gxg.ops.reference.
+        rebuild_pool_index``)."""
+        mine = self.limits
+        if limits.history != mine.history or any(
+                getattr(limits, f) < getattr(mine, f) for f in GROWABLE.values()):
+            raise ValueError(f"cannot grow a state with {mine} into {limits}")
+        out = RuntimeState.allocate(self.batch_size, limits)
+        for name in RuntimeState.FIELDS:
+            src = getattr(self, name)
+            getattr(out, name)[tuple(slice(0, n) for n in src.shape)] = src
+        return out
 
     def copy_slot(self, src: int, dst: "RuntimeState", dst_slot: int) -> None:
         """Copy slot ``src`` of this state into ``dst_slot`` of ``dst`` (same limits)."""

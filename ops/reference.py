@@ -16,9 +16,10 @@ Out: the ops, each for one slot, mutating the state in place:
 These are the documented reference of the GPU kernels: the same moves (``gxg.compiler.
 automaton``) in the same order. A byte step scans every top, then closes the new stacks with a
 LIFO work list in seed order; a (node, parent) pair is visited once per closure; a stack whose
-top node can scan becomes a top (pool entry reused when the stack already has one, else
-appended); pushes append the return frame (unless it is a pure return: tail call); a pop at the
-bottom sets ``can_end``. After the last byte, the entries appended during the step that no new
+top node can scan becomes a top (pool entry reused when the closure already made one, else
+appended); pushes append the return frame unless the pool already holds it (the pool index,
+below: frames are hash-consed) or it is a pure return (tail call); a pop at the bottom sets
+``can_end``. After the last byte, the entries appended during the step that no new
 top reaches are dropped (window compaction), so the pool grows only by what stays live. Before
 a step, a pool more than 3/4 full is compacted to what the tops and the history reach.
 
@@ -51,7 +52,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from gxg.layout import bitmask_words
+from gxg import layout
+from gxg.layout import bitmask_words, pool_index_slot
 from gxg.compiler.completion import CompletionDistances, NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
@@ -207,12 +209,85 @@ def host_tables(compiled, stop_token_ids: tuple) -> HostTables:
     return tables
 
 
+# ----------------------------------------------------------------------------- pool index
+#
+# The pool's frames are hash-consed: a return frame (node, parent) that already has an entry
+# gets that entry again, so one stack below the top has one entry however many parses reach it
+# and the tops, deduplicated by (node, parent) in each closure, are the distinct stacks. Only
+# frames need it: a top's own entry is never a parent (a push's frame hangs from the top's
+# parent, a pop makes the parent the top), so tops keep the closure-local reuse and a token
+# that pushes nothing (inside a string, a number) touches no index. ``pool_index`` finds
+# existing entries: slot ->
+# entry, linear probing over POOL_INDEX_PROBES slots from ``pool_index_slot``. It is a cache
+# that is checked, not trusted: a slot's entry counts only if it is below the pool size and
+# holds the key (rollback truncates the pool without touching the index); a slot that is
+# EMPTY ends a probe, a TOMBSTONE (entry moved or dropped by compaction) or an entry past the
+# pool size is free for an insert. An insert that finds no free slot among the probes is
+# skipped (the entry then has no index slot: a later lookup misses it and appends a copy, which
+# is correct, only less shared). The kernels do the same moves in the same order.
+
+INDEX_EMPTY = layout.KERNEL_CONSTANTS["POOL_INDEX_EMPTY"]
+INDEX_TOMBSTONE = layout.KERNEL_CONSTANTS["POOL_INDEX_TOMBSTONE"]
+INDEX_PROBES = layout.KERNEL_CONSTANTS["POOL_INDEX_PROBES"]
+
+
+def _index_probe(state: RuntimeState, slot: int, node: int, parent: int) -> Tuple[int, int]:
+    """(entry of (node, parent) or -1, the first index slot an insert may use or -1)."""
+    index = state.pool_index[slot]
+    mask = index.shape[0] - 1
+    size = int(state.pool_size[slot])
+    pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
+    start = pool_index_slot(node, parent, mask + 1)
+    free = -1
+    for i in range(INDEX_PROBES):
+        j = (start + i) & mask
+        entry = int(index[j])
+        if entry == INDEX_EMPTY:
+            return -1, (j if free < 0 else free)
+        if entry == INDEX_TOMBSTONE or entry >= size:
+            if free < 0:
+                free = j
+        elif pool_node[entry] == node and pool_parent[entry] == parent:
+            return entry, free
+    return -1, free
+
+
+def _index_insert(state: RuntimeState, slot: int, entry: int) -> None:
+    node, parent = int(state.pool_node[slot, entry]), int(state.pool_parent[slot, entry])
+    found, free = _index_probe(state, slot, node, parent)
+    if found < 0 and free >= 0:
+        state.pool_index[slot, free] = entry
+
+
+def _index_remove(state: RuntimeState, slot: int, entry: int) -> None:
+    """Tombstone the index slot of ``entry`` (read its key before the entry moves)."""
+    index = state.pool_index[slot]
+    mask = index.shape[0] - 1
+    start = pool_index_slot(int(state.pool_node[slot, entry]),
+                            int(state.pool_parent[slot, entry]), mask + 1)
+    for i in range(INDEX_PROBES):
+        j = (start + i) & mask
+        if index[j] == INDEX_EMPTY:
+            return
+        if index[j] == entry:
+            index[j] = INDEX_TOMBSTONE
+            return
+
+
+def rebuild_pool_index(state: RuntimeState, slot: int) -> None:
+    """Clear the slot's index, then insert every pool entry in order."""
+    state.pool_index[slot].fill(INDEX_EMPTY)
+    for entry in range(int(state.pool_size[slot])):
+        _index_insert(state, slot, entry)
+
+
 # ----------------------------------------------------------------------------- closure
 
 
 def _close(state: RuntimeState, slot: int, t: HostTables,
-           seeds: List[Tuple[int, int, int]]) -> Tuple[List[int], bool]:
-    """Close seed stacks ``(node, parent, entry or -1)``; returns (tops, can_end)."""
+           seeds: List[Tuple[int, int, int]], frames_made: List[int]) -> Tuple[List[int], bool]:
+    """Close seed stacks ``(node, parent, entry or -1)``; returns (tops, can_end). Counts in
+    ``frames_made[0]`` the frames it appended or indexed (window entries the index may hold)."""
     limits = state.limits
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
     created = {}
@@ -221,8 +296,13 @@ def _close(state: RuntimeState, slot: int, t: HostTables,
     can_end = False
     work = list(reversed(seeds))
 
-    def entry_for(node: int, parent: int) -> int:
+    def entry_for(node: int, parent: int, frame: bool) -> int:
         key = (node, parent)
+        free = -1
+        if frame:  # the index first, then this closure's entries (one may be a top's)
+            found, free = _index_probe(state, slot, node, parent)
+            if found >= 0:
+                return found
         index = created.get(key)
         if index is None:
             index = int(state.pool_size[slot])
@@ -232,6 +312,10 @@ def _close(state: RuntimeState, slot: int, t: HostTables,
             pool_parent[index] = parent
             state.pool_size[slot] = index + 1
             created[key] = index
+        if frame:
+            frames_made[0] += 1
+            if free >= 0:
+                state.pool_index[slot, free] = index
         return index
 
     while work:
@@ -244,10 +328,10 @@ def _close(state: RuntimeState, slot: int, t: HostTables,
         if t.is_scannable[node]:
             if len(tops) >= limits.max_stacks:
                 raise StepFailed(ErrorCode.TOO_MANY_STACKS)
-            tops.append(entry if entry >= 0 else entry_for(node, parent))
+            tops.append(entry if entry >= 0 else entry_for(node, parent, False))
         pushes = []
         for rule, ret in t.refs[node]:
-            frame = parent if t.is_pure_return[ret] else entry_for(ret, parent)
+            frame = parent if t.is_pure_return[ret] else entry_for(ret, parent, True)
             pushes.append((t.rule_start[rule], frame, -1))
         if t.is_final[node]:
             if parent < 0:
@@ -260,7 +344,7 @@ def _close(state: RuntimeState, slot: int, t: HostTables,
     return tops, can_end
 
 
-def _advance(state, slot, t: HostTables, tops: List[int], byte: int):
+def _advance(state, slot, t: HostTables, tops: List[int], byte: int, frames_made: List[int]):
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
     cls = t.byte_class[byte]
     seeds = []
@@ -272,14 +356,17 @@ def _advance(state, slot, t: HostTables, tops: List[int], byte: int):
         return None
     if len(seeds) > state.limits.work_capacity:
         raise StepFailed(ErrorCode.CLOSURE_TOO_LARGE)
-    return _close(state, slot, t, seeds)
+    return _close(state, slot, t, seeds, frames_made)
 
 
 # ----------------------------------------------------------------------------- compaction
 
 
-def _compact_window(state: RuntimeState, slot: int, base: int, tops: List[int]) -> List[int]:
-    """Drop entries appended since ``base`` that no top reaches; returns the remapped tops."""
+def _compact_window(state: RuntimeState, slot: int, base: int, tops: List[int],
+                    reindex: bool) -> List[int]:
+    """Drop entries appended since ``base`` that no top reaches; returns the remapped tops.
+    With ``reindex`` (the step appended a frame, so some window entry may be in the pool
+    index), the index forgets every entry dropped or moved and learns the moved ones anew."""
     size = int(state.pool_size[slot])
     if size == base:
         return tops
@@ -291,12 +378,19 @@ def _compact_window(state: RuntimeState, slot: int, base: int, tops: List[int]) 
             entry = int(pool_parent[entry])
     new_index = base + np.cumsum(live) - 1
     kept = np.nonzero(live)[0] + base
+    stays = live & (new_index == np.arange(base, size))
+    if reindex:
+        for entry in np.nonzero(~stays)[0] + base:
+            _index_remove(state, slot, int(entry))
     parents = pool_parent[kept]
     moved = parents >= base
     parents[moved] = new_index[parents[moved] - base]
     pool_node[base: base + len(kept)] = pool_node[kept]
     pool_parent[base: base + len(kept)] = parents
     state.pool_size[slot] = base + len(kept)
+    if reindex:
+        for entry in new_index[live & ~stays]:
+            _index_insert(state, slot, int(entry))
     return [int(new_index[e - base]) if e >= base else e for e in tops]
 
 
@@ -328,6 +422,7 @@ def compact_pool(state: RuntimeState, slot: int) -> None:
         # A rollback to this step must not drop entries that now sit anywhere below the new
         # size, so every kept step restores to the compacted size.
         state.hist_pool_size[slot, step] = len(kept)
+    rebuild_pool_index(state, slot)
 
 
 def _history_slots(state: RuntimeState, slot: int) -> List[int]:
@@ -341,12 +436,13 @@ def _history_slots(state: RuntimeState, slot: int) -> List[int]:
 
 def reset(state: RuntimeState, slot: int, t: HostTables) -> None:
     state.pool_size[slot] = 0
+    state.pool_index[slot].fill(INDEX_EMPTY)
     state.hist_len[slot] = 0
     state.hist_head[slot] = 0
     state.terminated[slot] = 0
     state.error[slot] = 0
     try:
-        tops, can_end = _close(state, slot, t, [(t.root_start, -1, -1)])
+        tops, can_end = _close(state, slot, t, [(t.root_start, -1, -1)], [0])
     except StepFailed as failed:
         state.error[slot] = failed.code
         state.pool_size[slot] = 0
@@ -383,9 +479,10 @@ def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes) -> 
     base = int(state.pool_size[slot])
     tops = state.tops[slot, : state.num_tops[slot]].tolist()
     can_end = bool(state.can_end[slot])
+    frames_made = [0]
     try:
         for byte in data:
-            result = _advance(state, slot, t, tops, byte)
+            result = _advance(state, slot, t, tops, byte, frames_made)
             if result is None:
                 state.pool_size[slot] = base
                 return False
@@ -397,7 +494,7 @@ def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes) -> 
     if not tops and not can_end:
         state.pool_size[slot] = base
         return False
-    tops = _compact_window(state, slot, base, tops)
+    tops = _compact_window(state, slot, base, tops, reindex=frames_made[0] > 0)
     new_size = int(state.pool_size[slot])
     state.pool_size[slot] = base  # the history records the size before the step
     _push_history(state, slot)

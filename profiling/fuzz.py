@@ -103,6 +103,7 @@ from gxg.compile_budget import CompileTimeoutError  # noqa: E402
 from gxg.grammar import Grammar, GrammarError  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.matcher import GrammarMatcher, GrammarRuntimeError, allocate_token_bitmask  # noqa: E402
+from gxg.runtime import RuntimeLimits  # noqa: E402
 from gxg.testing import Recognizer, sample_sentence  # noqa: E402
 
 torch.set_num_threads(1)
@@ -978,7 +979,9 @@ def run_random_grammar(payload: dict) -> dict:
     info = make_info(synthetic_vocab([s.decode("utf-8", "replace") for s in strings], seed=0))
     compiled = GrammarCompiler(info, cache_enabled=False,
                                compile_timeout=payload["compile_timeout"]).compile_grammar(grammar)
-    matcher = GrammarMatcher(compiled)
+    # fixed_limits: RuntimeLimits() as the GPU batch has them; else the matcher grows its own
+    matcher = GrammarMatcher(compiled,
+                             limits=RuntimeLimits() if payload.get("fixed_limits") else None)
     recognizer = Recognizer(grammar)
     report, limited, earley, mask_checks = WalkReport(), [], [], 0
     for data in strings:
@@ -1144,6 +1147,7 @@ def make_case(family: Family, seed: int, index: int, options: dict) -> dict:
     case = family.make(random.Random(case_seed(seed, family.name, index)), index, options)
     return {**case, "seed": case_seed(seed, family.name, index) ^ 1,
             "compile_timeout": options["compile_timeout"],
+            "fixed_limits": options.get("fixed_limits", False),
             "exercise_seconds": EXERCISE_SHARE * options["timeout"]}
 
 
@@ -1271,11 +1275,11 @@ def run_family(family: Family, indices: List[int], options: dict, in_process=Fal
 def run_campaign(families: List[str], cases: Optional[int] = None, *, seed: int = 0,
                  timeout: float = 10.0, compile_timeout: Optional[float] = None,
                  memory_mb: int = 4096, jobs: int = 2, strings: int = 30, details: int = 10,
-                 progress: bool = True) -> dict:
+                 progress: bool = True, fixed_limits: bool = False) -> dict:
     """Run ``cases`` cases (None: each family's default) of each named family; returns the
     summary per family (the table's rows, with details) and the skipped families."""
     options = {"seed": seed, "timeout": timeout, "memory_mb": memory_mb, "jobs": jobs,
-               "strings": strings,
+               "strings": strings, "fixed_limits": fixed_limits,
                "compile_timeout": compile_timeout if compile_timeout else timeout / 2}
     chosen, skipped = [], {}
     for name in families:
@@ -1335,6 +1339,9 @@ def main(argv: Optional[List[str]] = None) -> dict:
     parser.add_argument("--index", type=int, help="rerun one case: its index")
     parser.add_argument("--in-process", action="store_true",
                         help="with --family/--index: run in this process (tracebacks)")
+    parser.add_argument("--fixed-limits", action="store_true",
+                        help="random grammars: the matcher keeps RuntimeLimits() (the GPU "
+                             "batch's) instead of growing them")
     parser.add_argument("--out", default=None, help="JSON (default profiling/results/fuzz.json)")
     args = parser.parse_args(argv)
     if args.family is not None:
@@ -1346,7 +1353,8 @@ def main(argv: Optional[List[str]] = None) -> dict:
     started = time.monotonic()
     result = run_campaign(args.families, args.cases, seed=args.seed, timeout=args.timeout,
                           compile_timeout=args.compile_timeout, memory_mb=args.memory_mb,
-                          jobs=args.jobs, strings=args.strings, details=args.details)
+                          jobs=args.jobs, strings=args.strings, details=args.details,
+                          fixed_limits=args.fixed_limits)
     print_table(result["families"], COLUMNS)
     for name, why in result["skipped"].items():
         print(f"skipped {name}: {why}")

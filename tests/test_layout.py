@@ -34,7 +34,7 @@ HEADER = layout.cuda_header()
 
 def header_defines() -> dict:
     return {name: int(value) for name, value in
-            re.findall(r"^#define (\w+) (-?\d+)", HEADER, flags=re.MULTILINE)}
+            re.findall(r"^#define (\w+) \(?(-?\d+)\)?", HEADER, flags=re.MULTILINE)}
 
 
 def test_the_header_numbers_the_pointer_table_in_table_order():
@@ -133,7 +133,7 @@ def test_buffers_have_the_declared_shapes(batch):
     row = dict(zip(layout.LIMITS_ROW, views["limits"].tolist()))
     assert row == {"P": limits.pool_entries, "K": limits.max_stacks, "H": limits.history,
                    "MAX_CLOSURE": limits.max_closure, "WORK_CAP": limits.work_capacity,
-                   "V": batch.vocab_size}
+                   "V": batch.vocab_size, "PI": limits.pool_index_slots}
     np.testing.assert_array_equal(views["grammar"], batch.host_state().grammar)
 
 
