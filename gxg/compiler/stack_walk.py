@@ -49,6 +49,8 @@ class StackWalker:
     ``escape_bottom``: when the bottom frame of an unescaped stack completes, escape into the
     rule's callers (mask-cache mode) instead of completing the root (full-stack mode).
     ``use_lookahead``: honour lookahead assertions at the first escape (mask-cache mode only).
+    A walker caches, per rule, the closure of its escape (``_escape_closure``); that cache
+    only grows, and is dropped with the walker.
     """
 
     def __init__(self, automaton: Automaton, *, escape_bottom: bool = False,
@@ -76,6 +78,10 @@ class StackWalker:
         self._callers = {rule: sorted(set(rets)) for rule, rets in callers.items()}
         self._lookahead_walker = (StackWalker(automaton, escape_bottom=False)
                                   if self.use_lookahead else None)
+        # Caches (they only grow, at most one entry per rule; see ``_escape_closure``): the
+        # closed escape of each rule, and each rule's initial lookahead configuration.
+        self._escape_cache: Dict[int, Config] = {}
+        self._initial_lookahead_cache: Dict[int, Optional[Config]] = {}
 
     # ------------------------------------------------------------------ configurations
     def initial(self, stack: Stack) -> Config:
@@ -83,30 +89,34 @@ class StackWalker:
         return self.close([(tuple(stack), False, None)])
 
     def close(self, elements: Iterable[Element]) -> Config:
+        """Everything reachable from ``elements`` by push and pop moves (and escapes), keeping
+        the elements whose top can scan a byte, ``END`` and ``ANYTHING``.
+
+        An escape (a bottom frame completing with an unknown caller) is not walked here: its
+        closure depends only on the rule and the lookahead, so it is taken, whole, from
+        ``_escape_closure`` (computed once per rule). ``MAX_CLOSURE_ELEMENTS`` bounds the
+        elements walked here plus those the escapes add."""
         seen = set()
-        keep = []
+        out = set()   # kept elements: those walked here (``local`` of them) and the escapes'
+        local = 0
         work = list(elements)
         while work:
             element = work.pop()
             if element in seen:
                 continue
             seen.add(element)
-            if len(seen) > MAX_CLOSURE_ELEMENTS:
-                raise GrammarError(
-                    f"the grammar is too ambiguous: one step has more than "
-                    f"{MAX_CLOSURE_ELEMENTS} parse stacks ({self._where(element[0])}); nested "
-                    f"nullable or repeated rules that can match the same text in many ways "
-                    f"cause this: rewrite them without the ambiguity")
+            # |seen ∪ escapes' elements|: an escape's element that was walked here is kept
+            if len(seen) + len(out) - local > MAX_CLOSURE_ELEMENTS:
+                raise self._too_ambiguous(element[0])
             stack, escaped, lookahead = element
-            if not stack:
-                keep.append(element)
-                continue
-            if stack is ANYTHING:
-                keep.append(element)
+            if not stack or stack is ANYTHING:
+                out.add(element)
+                local += 1
                 continue
             top = stack[-1]
             if self._scannable[top]:
-                keep.append(element)
+                out.add(element)
+                local += 1
             below = stack[:-1]
             for rule, ret in self._refs[top]:
                 frame = below if self._pure_return[ret] else below + (ret,)
@@ -116,13 +126,120 @@ class StackWalker:
                     work.append((below, escaped, lookahead))
                     continue
                 if escaped or self.escape_bottom:
-                    work.extend(self._escape(self._node_rule[top], escaped, lookahead))
+                    if not self.context_expansion:
+                        work.extend(self._escape(self._node_rule[top], escaped, lookahead))
+                    else:
+                        escape = self._closed_escape(self._node_rule[top], escaped, lookahead)
+                        if escape:
+                            out |= escape
+                            if len(seen) + len(out) - local > MAX_CLOSURE_ELEMENTS:
+                                raise self._too_ambiguous(stack)
                 if not escaped:
                     # The bottom frame completes here with every byte consumed inside it: in
                     # full-stack mode the root is complete; in mask-cache mode the token is
                     # accepted whatever the caller (END then dies on any further byte).
                     work.append((END, False, None))
-        return frozenset(keep)
+        return frozenset(out)
+
+    def _too_ambiguous(self, stack: Stack) -> GrammarError:
+        return GrammarError(
+            f"the grammar is too ambiguous: one step has more than "
+            f"{MAX_CLOSURE_ELEMENTS} parse stacks ({self._where(stack)}); nested "
+            f"nullable or repeated rules that can match the same text in many ways "
+            f"cause this: rewrite them without the ambiguity")
+
+    def _closed_escape(self, rule: int, escaped: bool, lookahead) -> Config:
+        """``close(_escape(rule, escaped, lookahead))`` (with context expansion), from the
+        cache: every element of an escape's closure is escaped and carries the lookahead of
+        the escape unchanged, so the closure is the rule's (``_escape_closure``, computed
+        without lookahead) with the lookahead put in."""
+        if not escaped and self.use_lookahead:
+            lookahead = self._initial_lookahead(rule)
+            if lookahead == EMPTY_CONFIG:
+                return EMPTY_CONFIG
+        closure = self._escape_closure(rule)
+        if lookahead is None:
+            return closure
+        return frozenset([(stack, True, lookahead) for stack, _, _ in closure])
+
+    def _escape_closure(self, rule: int) -> Config:
+        """``close(_escape(rule, True, None))``: what 'rule completed with an unknown caller'
+        leads to. A cache (``_escape_cache``, one entry per rule, kept for the walker's life):
+        a closure that completes a rule with c call sites would otherwise walk all c again for
+        each of the k nodes that can complete it (k·c), and a chain of tail calls would walk
+        the whole chain again from each link.
+
+        Computed with a work list per rule; an escape into another rule met on the way takes
+        that rule's cached closure, computed first (an explicit stack of suspended work
+        lists, no recursion); an escape into a rule whose closure is still being computed
+        (a cycle through the callers) is walked in place instead. Elements walked per rule
+        plus those taken from other rules are bounded by ``MAX_CLOSURE_ELEMENTS`` as in
+        ``close``."""
+        cache = self._escape_cache
+        hit = cache.get(rule)
+        if hit is not None:
+            return hit
+        frames = [_EscapeFrame(rule, self._escape(rule, True, None))]
+        in_progress = {rule}
+        while frames:
+            frame = frames[-1]
+            needed = self._walk_escape_frame(frame, in_progress)
+            if needed is None:
+                frames.pop()
+                in_progress.discard(frame.rule)
+                cache[frame.rule] = frozenset(frame.out)
+            else:
+                in_progress.add(needed)
+                frames.append(_EscapeFrame(needed, self._escape(needed, True, None)))
+        return cache[rule]
+
+    def _walk_escape_frame(self, frame: "_EscapeFrame", in_progress) -> Optional[int]:
+        """Walks ``frame``'s work list (escaped elements, no lookahead) to its end (returns
+        None), or until it needs the closure of a rule neither cached nor in progress (returns
+        that rule; the frame resumes where it stopped once the rule is cached)."""
+        cache = self._escape_cache
+        work, seen, out = frame.work, frame.seen, frame.out
+        scannable, refs, pure_return, start = (self._scannable, self._refs, self._pure_return,
+                                               self._start)
+        while work:
+            element = work.pop()
+            if element.__class__ is int:  # the node at which a bottom frame completed
+                rule = self._node_rule[element]
+                closure = cache.get(rule)
+                if closure is not None:
+                    out |= closure
+                    if len(seen) + len(out) - frame.local > MAX_CLOSURE_ELEMENTS:
+                        raise self._too_ambiguous((element,))
+                elif rule in frame.walked:
+                    pass
+                elif rule in in_progress:  # a cycle through the callers: walk it here
+                    frame.walked.add(rule)
+                    work.extend(self._escape(rule, True, None))
+                else:
+                    work.append(element)
+                    return rule
+                continue
+            if element in seen:
+                continue
+            seen.add(element)
+            if len(seen) + len(out) - frame.local > MAX_CLOSURE_ELEMENTS:
+                raise self._too_ambiguous(element[0])
+            stack = element[0]
+            if not stack:
+                out.add(element)
+                frame.local += 1
+                continue
+            top = stack[-1]
+            if scannable[top]:
+                out.add(element)
+                frame.local += 1
+            below = stack[:-1]
+            for rule, ret in refs[top]:
+                base = below if pure_return[ret] else below + (ret,)
+                work.append((base + (start[rule],), True, None))
+            if self._final[top]:
+                work.append((below, True, None) if below else top)
+        return None
 
     def _where(self, stack: Stack) -> str:
         rules = [self.automaton.rule_names[self._node_rule[n]] for n in stack if n >= 0]
@@ -145,8 +262,11 @@ class StackWalker:
         lookahead_rule = self._lookahead_rule[rule]
         if lookahead_rule < 0:
             return None
-        config = self._lookahead_walker.initial((self._start[lookahead_rule],))
-        return _satisfied_or(config)
+        cache = self._initial_lookahead_cache
+        if rule not in cache:
+            config = self._lookahead_walker.initial((self._start[lookahead_rule],))
+            cache[rule] = _satisfied_or(config)
+        return cache[rule]
 
     def step(self, config: Config, byte: int) -> Config:
         """Advance every element by one byte, then close."""
@@ -184,6 +304,20 @@ class StackWalker:
     @staticmethod
     def has_unescaped(config: Config) -> bool:
         return any(not escaped for _, escaped, _ in config)
+
+
+class _EscapeFrame:
+    """One rule's escape closure while ``StackWalker._escape_closure`` computes it."""
+
+    __slots__ = ("rule", "work", "seen", "out", "local", "walked")
+
+    def __init__(self, rule: int, escape: List[Element]):
+        self.rule = rule
+        self.work: list = list(escape)  # elements, and ints: nodes where a bottom frame ends
+        self.seen: set = set()
+        self.out: set = set()           # kept elements: walked here (``local``) or taken
+        self.local = 0
+        self.walked = {rule}            # rules whose escape elements were put on ``work``
 
 
 def _satisfied_or(config: Config):
