@@ -95,7 +95,8 @@ struct Slot {
   int* pool_parent;
   int* pool_size;    // &pool_size[b]
   int* pool_index;   // this slot's pool index (PI slots)
-  int frames_made;   // frames appended or indexed in this step (the window needs re-indexing)
+  int* frame_slot;   // pool_index slot of each window entry this step indexed (-1: none)
+  int indexed;       // entries this step put in the pool index
   // tables
   const int* node_next;
   const int* next_flat;
@@ -119,7 +120,8 @@ __device__ Slot make_slot(const u64* t, int b) {
   s.pool_parent = ptr<int>(t, P_POOL_PARENT) + (size_t)b * s.lim.P;
   s.pool_size = ptr<int>(t, P_POOL_SIZE) + b;
   s.pool_index = ptr<int>(t, P_POOL_INDEX) + (size_t)b * s.lim.PI;
-  s.frames_made = 0;
+  s.frame_slot = ptr<int>(t, P_FRAME_SLOT) + (size_t)b * s.lim.P;
+  s.indexed = 0;
   s.node_next = ptr<const int>(t, P_NODE_NEXT);
   s.next_flat = ptr<const int>(t, P_NEXT_FLAT);
   s.node_flags = ptr<const int>(t, P_NODE_FLAGS);
@@ -172,21 +174,6 @@ __device__ void index_insert(Slot& s, int entry, int size) {
     s.pool_index[free] = entry;
 }
 
-// Tombstone the index slot of ``entry`` (its key read before the entry moves).
-__device__ void index_remove(Slot& s, int entry) {
-  int mask = s.lim.PI - 1;
-  int start = pool_index_slot(s.pool_node[entry], s.pool_parent[entry], s.lim.PI);
-  for (int i = 0; i < POOL_INDEX_PROBES; ++i) {
-    int j = (start + i) & mask;
-    int held = s.pool_index[j];
-    if (held == POOL_INDEX_EMPTY) return;
-    if (held == entry) {
-      s.pool_index[j] = POOL_INDEX_TOMBSTONE;
-      return;
-    }
-  }
-}
-
 // ----------------------------------------------------------------------------- closure
 
 // Entry for (node, parent). A frame: one the pool index finds, else one created earlier in this
@@ -211,12 +198,14 @@ __device__ int entry_for(Slot& s, int node, int parent, int created_from, bool f
     }
     s.pool_node[size] = node;
     s.pool_parent[size] = parent;
+    s.frame_slot[size] = -1;
     *s.pool_size = size + 1;
     entry = size;
   }
-  if (frame) {
-    ++s.frames_made;
-    if (free >= 0) s.pool_index[free] = entry;
+  if (frame && free >= 0) {
+    s.pool_index[free] = entry;
+    s.frame_slot[entry] = free;
+    ++s.indexed;
   }
   return entry;
 }
@@ -283,6 +272,8 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
 
 // ----------------------------------------------------------------------------- compaction
 
+#define REKEY (-2)  // a frame_slot mark of compact_window (not an index slot)
+
 // Drop entries appended since ``base_size`` that no top reaches; remap the tops. When the step
 // appended a frame, the pool index forgets the dropped and moved entries and learns the moved.
 __device__ void compact_window(Slot& s, int base_size, int* tops, int num_tops) {
@@ -297,10 +288,25 @@ __device__ void compact_window(Slot& s, int base_size, int* tops, int num_tops) 
   int next = base_size;  // new indices, ascending
   for (int i = base_size; i < size; ++i)
     if (mark[i] >= 0) mark[i] = next++;
-  bool reindex = s.frames_made > 0;
-  if (reindex)  // keys read before the move
-    for (int i = base_size; i < size; ++i)
-      if (mark[i] != i) index_remove(s, i);
+  // the index slots this step filled: a dropped entry's becomes a tombstone; a moved one's
+  // gets the new index when the key stays (parent not moved), else a tombstone and the new
+  // key is inserted after the move
+  bool rekey = false;  // frame_slot[i] = REKEY marks the entries to insert after the move
+  if (s.indexed > 0)
+    for (int i = base_size; i < size; ++i) {
+      int j = s.frame_slot[i];
+      if (j < 0 || mark[i] == i) continue;
+      int parent = s.pool_parent[i];
+      if (mark[i] < 0) {
+        s.pool_index[j] = POOL_INDEX_TOMBSTONE;
+      } else if (parent >= base_size && mark[parent] != parent) {
+        s.pool_index[j] = POOL_INDEX_TOMBSTONE;
+        s.frame_slot[i] = REKEY;
+        rekey = true;
+      } else {
+        s.pool_index[j] = mark[i];
+      }
+    }
   for (int i = base_size; i < size; ++i) {  // a parent is moved (and renumbered) before its child
     if (mark[i] < 0) continue;
     int parent = s.pool_parent[i];
@@ -311,9 +317,9 @@ __device__ void compact_window(Slot& s, int base_size, int* tops, int num_tops) 
   for (int k = 0; k < num_tops; ++k)
     if (tops[k] >= base_size) tops[k] = mark[tops[k]];
   *s.pool_size = next;
-  if (reindex)
+  if (rekey)  // the move wrote pool entries only: frame_slot still holds the marks
     for (int i = base_size; i < size; ++i)
-      if (mark[i] >= 0 && mark[i] != i) index_insert(s, mark[i], next);
+      if (s.frame_slot[i] == REKEY) index_insert(s, mark[i], next);
 }
 
 // History ring slot of the i-th most recent step.

@@ -148,6 +148,8 @@ BUFFERS: Tuple[Buffer, ...] = (
     _scratch("tops_a", "int32", ("B", "K"), "tops being built"),
     _scratch("tops_b", "int32", ("B", "K")),
     _scratch("mark", "int32", ("B", "P"), "compaction marks / new indices"),
+    _scratch("frame_slot", "int32", ("B", "P"),
+             "pool_index slot of each entry this step indexed (-1: none); window entries only"),
     _scratch("limits", "int32", (8,), "LIMITS_ROW"),
     _scratch("wide_queue", "int32", ("WIDE_QUEUE",), "walks queued for xg_uncertain_wide"),
     _scratch("wide_space", "int32", ("WIDE_SPACE",), "the wide walk's stacks"),

@@ -48,7 +48,7 @@ import functools
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -221,8 +221,8 @@ def host_tables(compiled, stop_token_ids: tuple) -> HostTables:
 # entry, linear probing over POOL_INDEX_PROBES slots from ``pool_index_slot``. It is a cache
 # that is checked, not trusted: a slot's entry counts only if it is below the pool size and
 # holds the key (rollback truncates the pool without touching the index); a slot that is
-# EMPTY ends a probe, a TOMBSTONE (entry moved or dropped by compaction) or an entry past the
-# pool size is free for an insert. An insert that finds no free slot among the probes is
+# EMPTY ends a probe, a TOMBSTONE (entry moved or dropped by window compaction, which knows the
+# slots the step filled) or an entry past the pool size is free for an insert. An insert that finds no free slot among the probes is
 # skipped (the entry then has no index slot: a later lookup misses it and appends a copy, which
 # is correct, only less shared). The kernels do the same moves in the same order.
 
@@ -259,21 +259,6 @@ def _index_insert(state: RuntimeState, slot: int, entry: int) -> None:
         state.pool_index[slot, free] = entry
 
 
-def _index_remove(state: RuntimeState, slot: int, entry: int) -> None:
-    """Tombstone the index slot of ``entry`` (read its key before the entry moves)."""
-    index = state.pool_index[slot]
-    mask = index.shape[0] - 1
-    start = pool_index_slot(int(state.pool_node[slot, entry]),
-                            int(state.pool_parent[slot, entry]), mask + 1)
-    for i in range(INDEX_PROBES):
-        j = (start + i) & mask
-        if index[j] == INDEX_EMPTY:
-            return
-        if index[j] == entry:
-            index[j] = INDEX_TOMBSTONE
-            return
-
-
 def rebuild_pool_index(state: RuntimeState, slot: int) -> None:
     """Clear the slot's index, then insert every pool entry in order."""
     state.pool_index[slot].fill(INDEX_EMPTY)
@@ -284,10 +269,11 @@ def rebuild_pool_index(state: RuntimeState, slot: int) -> None:
 # ----------------------------------------------------------------------------- closure
 
 
-def _close(state: RuntimeState, slot: int, t: HostTables,
-           seeds: List[Tuple[int, int, int]], frames_made: List[int]) -> Tuple[List[int], bool]:
-    """Close seed stacks ``(node, parent, entry or -1)``; returns (tops, can_end). Counts in
-    ``frames_made[0]`` the frames it appended or indexed (window entries the index may hold)."""
+def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int, int, int]],
+           indexed: Dict[int, int]) -> Tuple[List[int], bool]:
+    """Close seed stacks ``(node, parent, entry or -1)``; returns (tops, can_end). Records in
+    ``indexed`` the index slot of every entry it puts in the pool index (the kernel's
+    ``frame_slot`` scratch), for the window compaction."""
     limits = state.limits
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
     created = {}
@@ -312,10 +298,9 @@ def _close(state: RuntimeState, slot: int, t: HostTables,
             pool_parent[index] = parent
             state.pool_size[slot] = index + 1
             created[key] = index
-        if frame:
-            frames_made[0] += 1
-            if free >= 0:
-                state.pool_index[slot, free] = index
+        if frame and free >= 0:
+            state.pool_index[slot, free] = index
+            indexed[index] = free
         return index
 
     while work:
@@ -344,7 +329,7 @@ def _close(state: RuntimeState, slot: int, t: HostTables,
     return tops, can_end
 
 
-def _advance(state, slot, t: HostTables, tops: List[int], byte: int, frames_made: List[int]):
+def _advance(state, slot, t: HostTables, tops: List[int], byte: int, indexed: Dict[int, int]):
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
     cls = t.byte_class[byte]
     seeds = []
@@ -356,17 +341,19 @@ def _advance(state, slot, t: HostTables, tops: List[int], byte: int, frames_made
         return None
     if len(seeds) > state.limits.work_capacity:
         raise StepFailed(ErrorCode.CLOSURE_TOO_LARGE)
-    return _close(state, slot, t, seeds, frames_made)
+    return _close(state, slot, t, seeds, indexed)
 
 
 # ----------------------------------------------------------------------------- compaction
 
 
 def _compact_window(state: RuntimeState, slot: int, base: int, tops: List[int],
-                    reindex: bool) -> List[int]:
+                    indexed: Dict[int, int]) -> List[int]:
     """Drop entries appended since ``base`` that no top reaches; returns the remapped tops.
-    With ``reindex`` (the step appended a frame, so some window entry may be in the pool
-    index), the index forgets every entry dropped or moved and learns the moved ones anew."""
+    The pool index follows the entries the step indexed (``indexed``: entry -> index slot):
+    a dropped one's slot becomes a tombstone, a moved one's slot gets its new index when its
+    key is unchanged (its parent did not move), else a tombstone and the new key is inserted
+    after the move."""
     size = int(state.pool_size[slot])
     if size == base:
         return tops
@@ -378,19 +365,26 @@ def _compact_window(state: RuntimeState, slot: int, base: int, tops: List[int],
             entry = int(pool_parent[entry])
     new_index = base + np.cumsum(live) - 1
     kept = np.nonzero(live)[0] + base
-    stays = live & (new_index == np.arange(base, size))
-    if reindex:
-        for entry in np.nonzero(~stays)[0] + base:
-            _index_remove(state, slot, int(entry))
+    rekeyed = []
+    for entry in sorted(indexed):
+        j, offset = indexed[entry], entry - base
+        if not live[offset]:
+            state.pool_index[slot, j] = INDEX_TOMBSTONE
+        elif new_index[offset] != entry:
+            parent = int(pool_parent[entry])
+            if parent >= base and new_index[parent - base] != parent:
+                state.pool_index[slot, j] = INDEX_TOMBSTONE
+                rekeyed.append(int(new_index[offset]))
+            else:
+                state.pool_index[slot, j] = new_index[offset]
     parents = pool_parent[kept]
     moved = parents >= base
     parents[moved] = new_index[parents[moved] - base]
     pool_node[base: base + len(kept)] = pool_node[kept]
     pool_parent[base: base + len(kept)] = parents
     state.pool_size[slot] = base + len(kept)
-    if reindex:
-        for entry in new_index[live & ~stays]:
-            _index_insert(state, slot, int(entry))
+    for entry in rekeyed:
+        _index_insert(state, slot, entry)
     return [int(new_index[e - base]) if e >= base else e for e in tops]
 
 
@@ -442,7 +436,7 @@ def reset(state: RuntimeState, slot: int, t: HostTables) -> None:
     state.terminated[slot] = 0
     state.error[slot] = 0
     try:
-        tops, can_end = _close(state, slot, t, [(t.root_start, -1, -1)], [0])
+        tops, can_end = _close(state, slot, t, [(t.root_start, -1, -1)], {})
     except StepFailed as failed:
         state.error[slot] = failed.code
         state.pool_size[slot] = 0
@@ -479,10 +473,10 @@ def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes) -> 
     base = int(state.pool_size[slot])
     tops = state.tops[slot, : state.num_tops[slot]].tolist()
     can_end = bool(state.can_end[slot])
-    frames_made = [0]
+    indexed: Dict[int, int] = {}
     try:
         for byte in data:
-            result = _advance(state, slot, t, tops, byte, frames_made)
+            result = _advance(state, slot, t, tops, byte, indexed)
             if result is None:
                 state.pool_size[slot] = base
                 return False
@@ -494,7 +488,7 @@ def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes) -> 
     if not tops and not can_end:
         state.pool_size[slot] = base
         return False
-    tops = _compact_window(state, slot, base, tops, reindex=frames_made[0] > 0)
+    tops = _compact_window(state, slot, base, tops, indexed)
     new_size = int(state.pool_size[slot])
     state.pool_size[slot] = base  # the history records the size before the step
     _push_history(state, slot)
