@@ -13,7 +13,9 @@
 // Kernels
 //   xg_accept      grid B x 32 threads, lane 0 of one warp per slot (the per-slot control flow
 //                  diverges, so slots sharing a warp would run one after another). Per token: the token's
-//                  bytes (a few), per byte one scan of every top and a closure; reads the
+//                  bytes (a few), per byte one scan of every top and a closure (a single
+//                  top scanning into a plain node skips the closure: its node and the pool
+//                  size stay in registers, one entry is written); reads the
 //                  automaton tables (L1/L2 resident: a grammar is KBs) and the slot's pool;
 //                  writes O(new entries) pool words + one history record (K+5 ints).
 //   xg_reset       same grid; the warp clears the slot's pool index (PI ints), then lane 0
@@ -405,8 +407,37 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
   for (int k = 0; k < num; ++k) cur[k] = tops[k];
   int can_end = ptr<signed char>(t, P_CAN_END)[b];
   int* work = ptr<int>(t, P_WORK) + (size_t)b * s.lim.work_cap * 3;
+  // the fast path's registers: the single top's node and the pool size (-1: load them)
+  int top_node = -1, size = -1;
   for (int i = 0; i < length; ++i) {
     int byte = data[i];
+    if (num == 1) {
+      // One top scanning into a plain node (scans, not final, no references): the closure is
+      // that stack alone (ops/reference.py _plain_step): overwrite the top's entry when it is
+      // the step's last and not indexed, else append; a chain of dependent L1 hits per byte.
+      int e = cur[0];
+      if (top_node < 0) top_node = s.pool_node[e];
+      int target = scan(s, top_node, byte);
+      if (target >= 0 && flags_of(s, target) == FLAG_SCANNABLE &&
+          s.ref_lo[s.base + target] == s.ref_hi[s.base + target]) {
+        if (size < 0) size = *s.pool_size;
+        if (e == size - 1 && e >= base_size && s.frame_slot[e] < 0) {
+          s.pool_node[e] = target;
+        } else {
+          if (size >= s.lim.P) { *s.pool_size = base_size; *error_p = ERR_POOL_FULL; return false; }
+          s.pool_node[size] = target;
+          s.pool_parent[size] = s.pool_parent[e];
+          s.frame_slot[size] = -1;
+          cur[0] = size;
+          *s.pool_size = ++size;
+        }
+        top_node = target;
+        can_end = 0;
+        continue;
+      }
+    }
+    top_node = -1;
+    size = -1;
     // seeds in top order, stored reversed so that the first seed is processed first
     int seeds = 0;
     for (int k = 0; k < num; ++k)

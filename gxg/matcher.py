@@ -36,7 +36,7 @@ from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
 from gxg.runtime import RuntimeLimits, RuntimeState
 
 DEFAULT_ROLLBACK_TOKENS = 64
-DEFAULT_MAX_STATE_BYTES = 8 << 20  # a growing matcher stops here (16,384 stacks at the default history)
+DEFAULT_MAX_STATE_BYTES = 2 << 20  # a growing matcher stops here (4,096 stacks at the default history)
 bitmask_dtype = torch.int32
 
 
@@ -215,16 +215,19 @@ class GrammarMatcher:
                 raise IndexError(f"index {index} out of range for batch {bitmask.shape[0]}")
             target = bitmask[index]
         row = np.zeros(words, dtype=np.int32)
-        try:
-            need_apply = reference.fill_next_token_bitmask(self._state, 0, self._tables, row)
-        except GrammarError as error:  # a node's lazy mask entry could not be computed
-            raise GrammarRuntimeError(f"the token mask of a node this step reaches cannot be "
-                                      f"computed: {error}") from error
+        need_apply = self._step(lambda: self._fill(row))
         if remaining_tokens is not None:
             reference.restrict_to_budget(self._state, 0, self._tables, row, remaining_tokens)
             need_apply = not reference.all_allowed(row, self._tables.vocab_size)
         target.copy_(torch.from_numpy(row))
         return need_apply
+
+    def _fill(self, row: np.ndarray) -> bool:
+        try:
+            return reference.fill_next_token_bitmask(self._state, 0, self._tables, row)
+        except GrammarError as error:  # a node's lazy mask entry could not be computed
+            raise GrammarRuntimeError(f"the token mask of a node this step reaches cannot be "
+                                      f"computed: {error}") from error
 
     def completion_distance(self) -> int:
         """The fewest bytes the output still needs before the root can end (0 when it can end

@@ -57,10 +57,14 @@ from gxg.layout import bitmask_words, pool_index_slot
 from gxg.compiler.completion import CompletionDistances, NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
+from gxg.grammar.ir import GrammarError
 from gxg.runtime import ErrorCode, RuntimeState
 
 MAX_WALK_STATES = 50_000  # the uncertain-token walk cache is rebuilt past this many states
 MAX_CACHED_STACKS = 4096  # (node, stack) answers kept for the uncertain-token check
+# Past this many live stacks (a matcher that grew its limits) the fill decides the uncertain
+# tokens by accepts on the shared pool instead of one walk per stack from its full tuple.
+MAX_STACKS_WALKED = 64
 
 
 class StepFailed(Exception):
@@ -129,6 +133,10 @@ class HostTables:
         self.is_pure_return = a.is_pure_return.tolist()
         self.rule_start = a.rule_start.tolist()
         self.refs = [a.refs(n) for n in range(a.num_nodes)]
+        # a plain node: it scans, is not final and references no rule, so a stack whose top
+        # it is closes to itself alone (accept's fast path, ``_plain_step``)
+        self.is_plain = [bool(self.is_scannable[n] and not self.is_final[n] and not self.refs[n])
+                         for n in range(a.num_nodes)]
         self.root_start = int(a.rule_start[a.root_rule])
         v = vocabulary
         self.vocabulary = v
@@ -151,15 +159,21 @@ class HostTables:
 
     def uncertain_accepted(self, node: int, stack: Tuple[int, ...], sorted_indices) -> np.ndarray:
         """Token ids among ``sorted_indices`` (the node's uncertain tokens) that ``stack``
-        accepts. Matchers on several threads share this object, hence the lock."""
+        accepts, or the walk's GrammarError (too many parse stacks), kept like an answer.
+        Matchers on several threads share this object, hence the lock."""
         key = (node, stack)
         with self._lock:
             hit = self._uncertain_accepted.get(key)
             if hit is None:
                 if len(self._uncertain_accepted) >= MAX_CACHED_STACKS:
                     self._uncertain_accepted.clear()
-                hit = self.sorted_token_ids[_walk_from_stack(self, stack, sorted_indices)]
+                try:
+                    hit = self.sorted_token_ids[_walk_from_stack(self, stack, sorted_indices)]
+                except GrammarError as refused:  # kept too: the walk is not repeated
+                    hit = refused
                 self._uncertain_accepted[key] = hit
+        if isinstance(hit, GrammarError):
+            raise hit
         return hit
 
     @property
@@ -329,6 +343,28 @@ def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int,
     return tops, can_end
 
 
+def _plain_step(state: RuntimeState, slot: int, t: HostTables, entry: int, byte: int,
+                base: int, indexed: Dict[int, int]) -> Optional[int]:
+    """One byte from a single top into a plain node (``HostTables.is_plain``): the closure is
+    that stack alone, so the new top is (target, the top's parent), made without the work
+    list; it overwrites the top's own entry when that is the step's last entry and not indexed
+    (nothing refers to it: window compaction would drop it), else it is appended, as the
+    closure would. Returns the new top, or None when the byte is not such a step."""
+    target = t.next_node[int(state.pool_node[slot, entry])][t.byte_class[byte]]
+    if target < 0 or not t.is_plain[target]:
+        return None
+    size = int(state.pool_size[slot])
+    if entry == size - 1 and entry >= base and entry not in indexed:
+        state.pool_node[slot, entry] = target
+        return entry
+    if size >= state.limits.pool_entries:
+        raise StepFailed(ErrorCode.POOL_FULL)
+    state.pool_node[slot, size] = target
+    state.pool_parent[slot, size] = state.pool_parent[slot, entry]
+    state.pool_size[slot] = size + 1
+    return size
+
+
 def _advance(state, slot, t: HostTables, tops: List[int], byte: int, indexed: Dict[int, int]):
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
     cls = t.byte_class[byte]
@@ -476,6 +512,11 @@ def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes) -> 
     indexed: Dict[int, int] = {}
     try:
         for byte in data:
+            if len(tops) == 1:
+                top = _plain_step(state, slot, t, tops[0], byte, base, indexed)
+                if top is not None:
+                    tops, can_end = [top], False
+                    continue
             result = _advance(state, slot, t, tops, byte, indexed)
             if result is None:
                 state.pool_size[slot] = base
@@ -537,7 +578,10 @@ def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
                             row: np.ndarray) -> bool:
     """Write the slot's mask into ``row`` (int32[W]); returns need_apply.
 
-    A terminated slot or one with an error code allows only its stop tokens."""
+    A terminated slot or one with an error code allows only its stop tokens. Tokens whose walk
+    from a full stack is refused (too many parse stacks), and every uncertain token when the
+    slot has more than MAX_STACKS_WALKED stacks, are decided by the accept op on a copy of the
+    slot; if that hits a limit, the slot gets its error code (and stop tokens only)."""
     row[:] = 0
     if not (state.terminated[slot] or state.error[slot]):
         masks = t.layout
@@ -546,10 +590,24 @@ def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
         nodes = [int(pool_node[e]) for e in entries]
         if nodes:
             np.bitwise_or.reduce(masks.rows(nodes), axis=0, out=row)
+        undecided = []
+        walk_each = len(entries) <= MAX_STACKS_WALKED
         for entry, node, stack in zip(entries, nodes, state.stacks(slot)):
             uncertain = masks.uncertain(node)
-            if len(uncertain):
-                _set_bits(row, t.uncertain_accepted(node, stack, uncertain))
+            if len(uncertain) and not walk_each:
+                undecided.append(uncertain)
+            elif len(uncertain):
+                try:
+                    _set_bits(row, t.uncertain_accepted(node, stack, uncertain))
+                except GrammarError:  # the walk's parse stacks multiply past its limit
+                    undecided.append(uncertain)
+        if undecided:
+            try:
+                _set_bits(row, _accepted_by_steps(state, slot, t,
+                                                  np.unique(np.concatenate(undecided))))
+            except StepFailed as failed:  # as the kernels' walk out of room: stop tokens only
+                state.error[slot] = failed.code
+                row[:] = 0
     if state.can_end[slot] or state.terminated[slot] or state.error[slot]:
         _set_bits(row, t.stop_token_ids)
     return not all_allowed(row, t.vocab_size)
@@ -617,6 +675,24 @@ def _fitting_after(t: HostTables, stacks, sorted_indices: np.ndarray, spare: int
                               for stack, _, _ in walk.configs[state]) <= spare
         for state in states.tolist()], dtype=bool)
     return reachable[inverse.reshape(-1)]
+
+
+def _accepted_by_steps(state: RuntimeState, slot: int, t: HostTables,
+                       sorted_indices: np.ndarray) -> np.ndarray:
+    """Token ids among ``sorted_indices`` that the slot accepts, each decided by the accept op
+    on a copy of the slot (then rolled back): for tokens whose walk from a full stack (tuples,
+    nothing shared) is refused, while the pool's hash-consed stacks still hold them. A limit
+    that the accept hits is StepFailed with its code (the mask is never guessed)."""
+    scratch = RuntimeState.allocate(1, state.limits)
+    state.copy_slot(slot, scratch, 0)
+    out = []
+    for token in t.sorted_token_ids[sorted_indices].tolist():
+        if accept_bytes(scratch, 0, t, t.decoded_vocab[token]):
+            out.append(token)
+            rollback(scratch, 0, 1)
+        elif scratch.error[0]:
+            raise StepFailed(int(scratch.error[0]))
+    return np.array(out, dtype=np.int64)
 
 
 def _walk_from_stack(t: HostTables, stack: Tuple[int, ...], sorted_indices: np.ndarray

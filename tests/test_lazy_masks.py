@@ -17,7 +17,8 @@ from gxg.batch import GrammarBatch
 from gxg.compiler import mask_cache as mask_cache_module
 from gxg.grammar_compiler import CompiledGrammar, GrammarCompiler
 from grammar_zoo import GRAMMAR_ZOO, info_or_skip, make_info, synthetic_vocab, zoo_grammar
-from mask_oracles import mask_to_bool
+from gxg.testing import Recognizer
+from mask_oracles import mask_to_bool, recognizer_mask
 
 ZOO_IDS = [z[0] for z in GRAMMAR_ZOO]
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},
@@ -178,15 +179,66 @@ def test_unknown_cache_modes_are_refused(bad):
         GrammarCompiler(make_info(synthetic_vocab(sentences)), mask_cache=bad)
 
 
-def test_a_node_too_ambiguous_to_walk_is_an_error_each_time_it_is_asked_for():
-    """The eager cache refuses such a grammar when compiling; the lazy one compiles it, and the
-    node's entry is a GrammarError whenever asked for, the walk not repeated; binding it to a
-    batch (whose arena needs every entry) is the same GrammarError."""
-    ambiguous = 'root ::= r1\nr1 ::= r2\nr2 ::= (r3 root root "a" root*){0,2}\nr3 ::= root'
-    info = make_info([b"a", b"b", b"aa", b"ab", b"ba", b"bb", b"aab", b"abb", b"bab"])
-    with pytest.raises(gxg.GrammarError, match="too ambiguous"):
-        GrammarCompiler(info, mask_cache="eager").compile_grammar(ambiguous)
-    cache = GrammarCompiler(info).compile_grammar(ambiguous).mask_cache
+AMBIGUOUS = 'root ::= r1\nr1 ::= r2\nr2 ::= (r3 root root "a" root*){0,2}\nr3 ::= root'
+AMBIGUOUS_VOCAB = [b"a", b"b", b"aa", b"ab", b"ba", b"bb", b"aab", b"abb", b"bab"]
+
+
+def test_a_node_too_ambiguous_to_walk_gets_a_conservative_entry():
+    """A node whose walk passes the parse-stack limit gets a conservative entry (every token
+    uncertain, decided from the real stacks at run time): the eager and the lazy caches
+    compile the grammar, the entry is the same in both and stored (the walk is not
+    repeated), a batch binds it, and the masks along random walks equal the recognizer's."""
+    info = make_info(AMBIGUOUS_VOCAB)
+    eager = GrammarCompiler(info, mask_cache="eager", cache_enabled=False).compile_grammar(
+        AMBIGUOUS)
+    refused = eager.mask_cache.conservative_nodes
+    assert refused
+    lazy = GrammarCompiler(info, cache_enabled=False).compile_grammar(AMBIGUOUS).mask_cache
+    for node in refused:
+        a, b = eager.mask_cache.entry(node), lazy.entry(node)
+        assert a.store_type == b.store_type
+        for part in ("indices", "bitset", "uncertain"):
+            np.testing.assert_array_equal(getattr(a, part), getattr(b, part))
+    walks = []
+    classify = lazy._classify
+    lazy._classify = lambda nodes: (walks.append(nodes), classify(nodes))[1]
+    lazy.entry(refused[0])
+    assert walks == []
+    GrammarBatch(info, device="cpu", max_batch=1).bind(0, eager)
+    recognizer = Recognizer(zoo_grammar(AMBIGUOUS))
+    mask = gxg.allocate_token_bitmask(1, info.vocab_size)
+    checked = 0
+    for seed in range(4):
+        rng, matcher, consumed = random.Random(seed), gxg.GrammarMatcher(eager), b""
+        for _ in range(6):
+            try:
+                matcher.fill_next_token_bitmask(mask)
+            except gxg.GrammarRuntimeError:  # its parses multiply: the matcher's state ceiling
+                break
+            got = mask_to_bool(mask[0].numpy(), info.vocab_size)
+            expected = recognizer_mask(recognizer, consumed, info, matcher.stop_token_ids)
+            np.testing.assert_array_equal(got, expected, err_msg=repr(consumed))
+            state = matcher.state
+            tops = state.pool_node[0, state.tops[0, : state.num_tops[0]]].tolist()
+            checked += bool(set(tops) & set(refused))  # a mask that read a conservative entry
+            choices = [t for t in np.flatnonzero(got) if t not in matcher.stop_token_ids]
+            if not choices:
+                break
+            token = int(rng.choice(choices))
+            try:
+                assert matcher.accept_token(token)
+            except gxg.GrammarRuntimeError:  # its parses multiply: the matcher's state ceiling
+                break
+            consumed += info.decoded_vocab[token]
+    assert checked >= 2
+
+
+def test_without_a_conservative_entry_a_refused_node_is_an_error_each_time():
+    """A classifier without ``conservative``: the node's entry is its GrammarError whenever
+    asked for, the walk not repeated; precompute raises it, the background build leaves it."""
+    info = make_info(AMBIGUOUS_VOCAB)
+    cache = GrammarCompiler(info, cache_enabled=False).compile_grammar(AMBIGUOUS).mask_cache
+    cache._fallback = None
     with pytest.raises(gxg.GrammarError, match="too ambiguous"):
         cache.precompute()
     failing = [n for n in cache.nodes.tolist() if n not in cache.computed_nodes()]
@@ -197,13 +249,6 @@ def test_a_node_too_ambiguous_to_walk_is_an_error_each_time_it_is_asked_for():
         with pytest.raises(gxg.GrammarError, match="too ambiguous"):
             cache.entry(failing[0])
     assert walks == []
-    batch = GrammarBatch(info, device="cpu", max_batch=1)
-    with pytest.raises(gxg.GrammarError, match="too ambiguous"):  # the arena needs every entry
-        batch.bind(0, GrammarCompiler(info).compile_grammar(ambiguous))
-    background = GrammarCompiler(info, mask_cache="background").compile_grammar(ambiguous)
-    background.mask_cache.background.join(timeout=60)  # ends, leaving the node to its fill
-    assert not background.mask_cache.background.is_alive()
-    assert 0 < len(background.mask_cache.computed_nodes()) < len(background.mask_cache.nodes)
 
 
 def test_a_fill_whose_node_cannot_be_walked_raises_a_runtime_error():
@@ -214,6 +259,7 @@ def test_a_fill_whose_node_cannot_be_walked_raises_a_runtime_error():
         raise gxg.GrammarError("the grammar is too ambiguous (simulated)")
 
     compiled.mask_cache._classify = refuse
+    compiled.mask_cache._fallback = None
     matcher = gxg.GrammarMatcher(compiled)
     mask = gxg.allocate_token_bitmask(1, compiled.tokenizer_info.vocab_size)
     with pytest.raises(gxg.GrammarRuntimeError, match="cannot be computed: the grammar is too"):

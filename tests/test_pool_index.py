@@ -215,3 +215,43 @@ def test_growth_inside_a_draft_tree_restores_the_state():
     assert matcher.state.stacks(0) == before
     assert matcher.accept_string("a" * 40 + "!")
     assert grammar_accepts_prefix(zoo_grammar(GROWING), b"a" * 70)
+
+
+WITH_UNCERTAIN_TOKENS = [z for z in GRAMMAR_ZOO
+                         if z[0] in ("nested_arrays", "arithmetic", "lookahead", "json")]
+
+
+@pytest.mark.parametrize("name,ebnf,sentences", WITH_UNCERTAIN_TOKENS,
+                         ids=[z[0] for z in WITH_UNCERTAIN_TOKENS])
+def test_a_refused_uncertain_walk_is_decided_by_accepts(name, ebnf, sentences, monkeypatch):
+    """When the walk of a node's uncertain tokens from a full stack is refused (too many parse
+    stacks), the fill decides those tokens by accepting each on a copy of the state: the same
+    masks as the walk's."""
+    from gxg.grammar.ir import GrammarError
+    from gxg.matcher import allocate_token_bitmask
+    from gxg.ops import reference
+    info = make_info(synthetic_vocab(sentences, seed=2))
+    compiled = GrammarCompiler(info, cache_enabled=False).compile_grammar(zoo_grammar(ebnf))
+    walked = GrammarMatcher(compiled)
+    steps = [(op, value, None) for op, value in random_walk(walked, info, random.Random(7), 12)]
+    walked.reset()
+    masks = []
+    row = allocate_token_bitmask(1, info.vocab_size)
+    for op, value, _ in steps:
+        walked.fill_next_token_bitmask(row)
+        masks.append(row.clone())
+        walked.rollback(value) if op == "rollback" else walked.accept_token(value)
+
+    refused = []
+
+    def refuse(*args):
+        refused.append(args)
+        raise GrammarError("the grammar is too ambiguous (simulated)")
+
+    monkeypatch.setattr(reference.HostTables, "uncertain_accepted", refuse)
+    decided = GrammarMatcher(compiled)
+    for (op, value, _), expected in zip(steps, masks):
+        decided.fill_next_token_bitmask(row)
+        assert torch.equal(row, expected), (name, op, value)
+        decided.rollback(value) if op == "rollback" else decided.accept_token(value)
+    assert refused  # the fills met uncertain tokens

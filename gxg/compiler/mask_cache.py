@@ -90,6 +90,9 @@ class MaskCache:
         self._scannable = frozenset(nodes.tolist())  # a set: asked for once per node
         self._entries: Dict[int, NodeTokenMask] = dict(entries or {})
         self._classify = classify                 # None: every entry is already computed
+        # a node whose walk is refused gets the classifier's conservative entry (if it has one)
+        self._fallback = getattr(classify, "conservative", None)
+        self.conservative_nodes: List[int] = []   # nodes that got one
         self._max_bytes = max_bytes
         self._stored_bytes = sum(e.nbytes for e in self._entries.values())
         self._lock = threading.Lock()
@@ -137,7 +140,9 @@ class MaskCache:
     def _classify_or_record(self, walk: List[int]) -> Dict[int, NodeTokenMask]:
         """Entries of the nodes ``walk`` in one walk, stored. A node whose walk is refused (a
         GrammarError: the grammar is too ambiguous there) is found by walking the nodes one by
-        one; its error is kept and raised again whenever it is asked for (the walk is not
+        one; it gets the classifier's conservative entry (``NodeClassifier.conservative``:
+        exact masks, more tokens left to the runtime's walk from the real stacks), or, without
+        one, its error is kept and raised again whenever it is asked for (the walk is not
         repeated)."""
         if not walk:
             return {}
@@ -149,7 +154,11 @@ class MaskCache:
                 try:
                     computed[node] = self._classify(np.array([node], dtype=np.int32))[0]
                 except GrammarError as error:
-                    self._failed[node] = error
+                    if self._fallback is None:
+                        self._failed[node] = error
+                    else:
+                        computed[node] = self._fallback(node)
+                        self.conservative_nodes.append(node)
         for node, entry in computed.items():
             self._store(node, entry)
         failed = next((self._failed[n] for n in walk if n in self._failed), None)
@@ -277,6 +286,14 @@ class NodeClassifier:
         return [adaptive_entry(accepted, uncertain, self.trie.num_tokens)
                 for accepted, uncertain in classify_nodes(self.walk, self.classes_of,
                                                           self.trie, nodes)]
+
+    def conservative(self, node: int) -> NodeTokenMask:
+        """An entry for a node whose walk was refused (too many parse stacks): every non-empty
+        token uncertain. Sound: an uncertain token is decided by the runtime from the real
+        stacks, so the masks stay exact; a fill at the node only costs more. (A walk without
+        context expansion would often be refused too, after as long a walk.)"""
+        uncertain = np.flatnonzero(self.trie.token_lengths > 0).astype(np.int32)
+        return adaptive_entry(np.zeros(0, np.int32), uncertain, self.trie.num_tokens)
 
 
 def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,

@@ -144,6 +144,7 @@ class TokenTrie:
         cpl = np.asarray(common_prefix_len, dtype=np.int64)
         n = len(lengths)
         self.num_tokens = n
+        self.token_lengths = lengths                   # int64 [N] bytes of each sorted token
         duplicate = cpl >= lengths
         self.duplicate_of = np.where(duplicate, np.arange(n) - 1, -1)
         # Token i creates the prefixes of lengths cpl_i + 1 .. len_i (the others it shares
