@@ -62,6 +62,7 @@ class ArenaAutomaton:
     num_nodes = Automaton.num_nodes
     num_classes = Automaton.num_classes
     refs = Automaton.refs
+    lists = Automaton.lists
 
     @property
     def rule_names(self) -> Tuple[str, ...]:

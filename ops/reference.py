@@ -126,13 +126,14 @@ class HostTables:
         a = automaton
         self.automaton = automaton
         self.layout = layout
-        self.next_node = a.next_node.tolist()
-        self.byte_class = a.byte_class.tolist()
-        self.is_final = a.is_final.tolist()
-        self.is_scannable = a.is_scannable.tolist()
-        self.is_pure_return = a.is_pure_return.tolist()
-        self.rule_start = a.rule_start.tolist()
-        self.refs = [a.refs(n) for n in range(a.num_nodes)]
+        lists = a.lists  # shared with the automaton's walkers
+        self.next_node = lists.next_node
+        self.byte_class = lists.byte_class
+        self.is_final = lists.is_final
+        self.is_scannable = lists.is_scannable
+        self.is_pure_return = lists.is_pure_return
+        self.rule_start = lists.rule_start
+        self.refs = lists.refs
         # a plain node: it scans, is not final and references no rule, so a stack whose top
         # it is closes to itself alone (accept's fast path, ``_plain_step``)
         self.is_plain = [bool(self.is_scannable[n] and not self.is_final[n] and not self.refs[n])

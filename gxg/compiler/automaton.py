@@ -69,6 +69,7 @@ Construction (``build_automaton``)
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Sequence as Seq, Tuple
@@ -98,6 +99,39 @@ __all__ = ["Automaton", "build_automaton", "DEFAULT_MAX_NODES", "utf8_byte_seque
 # 10000 needs 80k nodes and builds in seconds. The builder's peak memory is about 1.2 kB per
 # node, so the default allows ~600 MB; beyond it GrammarError says what was too large.
 DEFAULT_MAX_NODES = 500_000
+
+
+@dataclass(frozen=True, eq=False)
+class AutomatonLists:
+    """An ``Automaton``'s tables as Python lists (``Automaton.lists``), plus the reference
+    edges per node and each rule's return sites (``callers``: rule -> sorted return nodes)."""
+    next_node: list
+    byte_class: list
+    is_final: list
+    is_scannable: list
+    is_pure_return: list
+    node_rule: list
+    rule_start: list
+    rule_lookahead: list
+    refs: list           # [N] tuple of (rule, return node)
+    callers: dict
+
+    @staticmethod
+    def of(a: "Automaton") -> "AutomatonLists":
+        offsets = a.ref_offsets.tolist()
+        pairs = list(zip(a.ref_rule.tolist(), a.ref_return.tolist()))
+        refs = [tuple(pairs[offsets[n]: offsets[n + 1]]) for n in range(len(offsets) - 1)]
+        callers: Dict[int, set] = {}
+        for rule, ret in pairs:
+            callers.setdefault(rule, set()).add(ret)
+        return AutomatonLists(
+            next_node=a.next_node.tolist(), byte_class=a.byte_class.tolist(),
+            is_final=a.is_final.tolist(), is_scannable=a.is_scannable.tolist(),
+            is_pure_return=a.is_pure_return.tolist(), node_rule=a.node_rule.tolist(),
+            rule_start=a.rule_start.tolist(),
+            rule_lookahead=(a.rule_lookahead.tolist() if hasattr(a, "rule_lookahead")
+                            else [-1] * len(a.rule_start)),  # an arena's copy keeps none
+            refs=refs, callers={rule: sorted(rets) for rule, rets in callers.items()})
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,8 +166,14 @@ class Automaton:
 
     def refs(self, node: int):
         """The (rule, return node) reference edges leaving ``node``."""
-        lo, hi = int(self.ref_offsets[node]), int(self.ref_offsets[node + 1])
-        return list(zip(self.ref_rule[lo:hi].tolist(), self.ref_return[lo:hi].tolist()))
+        return list(self.lists.refs[node])
+
+    @functools.cached_property
+    def lists(self) -> "AutomatonLists":
+        """The tables as Python lists, built once per automaton (a cache, kept with it): the
+        host walkers index them per byte, where list indexing beats numpy scalar indexing,
+        and several walkers and tables share them."""
+        return AutomatonLists.of(self)
 
     def step_byte(self, node: int, byte: int) -> int:
         return int(self.next_node[node, self.byte_class[byte]])

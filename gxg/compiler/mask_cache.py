@@ -450,10 +450,11 @@ def below_nodes(automaton: Automaton) -> List[set]:
     below: List[set] = [set() for _ in range(a.num_rules)]
     below[a.root_rule].add(-1)
     tail_calls: List[Tuple[int, int]] = []  # (caller rule, callee rule)
+    lists = a.lists
     for node in range(a.num_nodes):
-        caller = int(a.node_rule[node])
-        for rule, ret in a.refs(node):
-            if a.is_pure_return[ret]:
+        caller = lists.node_rule[node]
+        for rule, ret in lists.refs[node]:
+            if lists.is_pure_return[ret]:
                 tail_calls.append((caller, rule))
             else:
                 below[rule].add(int(ret))

@@ -132,23 +132,27 @@ def _is_cycle(component: List[str], successors: Dict[str, Seq[str]]) -> bool:
 
 def _reference_graph(grammar: Grammar) -> Dict[str, List[str]]:
     """Rule -> rules referenced anywhere in its body or lookahead (deduplicated, in order)."""
-    return {rule.name: list(dict.fromkeys([*iter_rule_refs(rule.body),
-                                           *iter_rule_refs(rule.lookahead)]))
+    return {rule.name: (list(dict.fromkeys([*rule.refs, *iter_rule_refs(rule.lookahead)]))
+                        if rule.lookahead is not None else list(rule.refs))
             for rule in grammar.rules}
 
 
 def nullable_rules(grammar: Grammar) -> Set[str]:
     """Names of the rules that derive the empty string."""
-    return least_fixpoint(_bodies(grammar), is_nullable)
+    return least_fixpoint(_bodies(grammar), is_nullable, _body_refs(grammar))
 
 
 def productive_rules(grammar: Grammar) -> Set[str]:
     """Names of the rules that derive at least one finite string."""
-    return least_fixpoint(_bodies(grammar), is_productive)
+    return least_fixpoint(_bodies(grammar), is_productive, _body_refs(grammar))
 
 
 def _bodies(grammar: Grammar) -> Dict[str, Expr]:
     return {rule.name: rule.body for rule in grammar.rules}
+
+
+def _body_refs(grammar: Grammar) -> Dict[str, Seq[str]]:
+    return {rule.name: rule.refs for rule in grammar.rules}
 
 
 def _left_corner_graph(grammar: Grammar, nullable: Set[str]) -> Dict[str, List[str]]:
@@ -554,11 +558,14 @@ def remove_dead_rules(grammar: Grammar) -> Grammar:
             bodies[rule.name] = _prune(rule.body, productive)
             lookaheads[rule.name] = (None if rule.lookahead is None
                                      else _prune(rule.lookahead, productive))
+    original = {rule.name: rule for rule in grammar.rules}
     reachable = {root}
     pending = [root]
     while pending:
         name = pending.pop()
-        for ref in [*iter_rule_refs(bodies[name]), *iter_rule_refs(lookaheads[name])]:
+        body_refs = (original[name].refs if bodies[name] is original[name].body
+                     else iter_rule_refs(bodies[name]))
+        for ref in [*body_refs, *iter_rule_refs(lookaheads[name])]:
             if ref not in reachable:
                 reachable.add(ref)
                 pending.append(ref)
@@ -645,8 +652,8 @@ def inline_small_rules(grammar: Grammar, *,
             body = _inline_into(rule.body, inlinable, max_result_size)
             lookahead = (None if rule.lookahead is None
                          else _inline_into(rule.lookahead, inlinable, max_result_size))
-            if body != rule.body or lookahead != rule.lookahead:
-                rule = changed[name] = Rule(name, body, lookahead)
+            if body is not rule.body or lookahead is not rule.lookahead:
+                rule = changed[name] = Rule(name, body, lookahead)  # normalises them once
             if (not _is_cycle(component, graph) and name != grammar.root_rule_name
                     and rule.lookahead is None and expr_size(rule.body) <= max_rule_size
                     and next(iter_rule_refs(rule.body), None) is None):
@@ -659,7 +666,8 @@ def inline_small_rules(grammar: Grammar, *,
 
 def _inline_into(expr: Expr, inlinable: Dict[str, Expr], max_result_size: int) -> Expr:
     """``expr`` with references to inlinable rules replaced, left to right, while the result
-    has at most ``max_result_size`` nodes."""
+    has at most ``max_result_size`` nodes; ``expr`` itself when it references none (the
+    caller builds a ``Rule``, which normalises a new body once)."""
     budget = [max_result_size - expr_size(expr)]
 
     def rebuild(node: Expr) -> Expr:
@@ -680,7 +688,7 @@ def _inline_into(expr: Expr, inlinable: Dict[str, Expr], max_result_size: int) -
     if not any(isinstance(node, RuleRef) and node.name in inlinable
                for node in iter_subexprs(expr)):
         return expr
-    return normalize(rebuild(expr))
+    return rebuild(expr)
 
 
 # ============================================================================ the pipeline

@@ -27,7 +27,6 @@ persistent stack.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from gxg.compiler.automaton import Automaton
@@ -61,21 +60,17 @@ class StackWalker:
         # Without context expansion an escape matches any bytes at all (the paper's baseline,
         # kept to measure what the expansion saves).
         self.context_expansion = context_expansion
-        a = automaton
-        self._next = a.next_node.tolist()
-        self._class = a.byte_class.tolist()
-        self._final = a.is_final.tolist()
-        self._scannable = a.is_scannable.tolist()
-        self._pure_return = a.is_pure_return.tolist()
-        self._node_rule = a.node_rule.tolist()
-        self._start = a.rule_start.tolist()
-        self._lookahead_rule = a.rule_lookahead.tolist() if self.use_lookahead else None
-        self._refs: List[List[Tuple[int, int]]] = [a.refs(n) for n in range(a.num_nodes)]
-        callers: Dict[int, List[int]] = defaultdict(list)
-        for node in range(a.num_nodes):
-            for rule, ret in self._refs[node]:
-                callers[rule].append(ret)
-        self._callers = {rule: sorted(set(rets)) for rule, rets in callers.items()}
+        lists = automaton.lists  # shared by every walker of the automaton
+        self._next = lists.next_node
+        self._class = lists.byte_class
+        self._final = lists.is_final
+        self._scannable = lists.is_scannable
+        self._pure_return = lists.is_pure_return
+        self._node_rule = lists.node_rule
+        self._start = lists.rule_start
+        self._lookahead_rule = lists.rule_lookahead if self.use_lookahead else None
+        self._refs: List[Tuple[Tuple[int, int], ...]] = lists.refs
+        self._callers = lists.callers
         self._lookahead_walker = (StackWalker(automaton, escape_bottom=False)
                                   if self.use_lookahead else None)
         # Caches (they only grow, at most one entry per rule; see ``_escape_closure``): the

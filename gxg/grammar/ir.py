@@ -28,7 +28,7 @@ that print the same are equal, and printing then parsing gives back an equal gra
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Optional, Tuple, Union
 
 MAX_CODE_POINT = 0x10FFFF
@@ -144,6 +144,9 @@ class Rule:
     name: str
     body: Expr
     lookahead: Optional[Expr] = None
+    #: the rules the body references, each once, in order of first reference (computed here:
+    #: the passes and the checks ask for it many times per grammar)
+    refs: Tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -151,6 +154,7 @@ class Rule:
         object.__setattr__(self, "body", normalize(self.body))
         if self.lookahead is not None:
             object.__setattr__(self, "lookahead", normalize(self.lookahead))
+        object.__setattr__(self, "refs", tuple(dict.fromkeys(iter_rule_refs(self.body))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +175,10 @@ class Grammar:
         if self.root_rule_name not in names:
             raise GrammarError(f"the root rule {self.root_rule_name!r} is not defined")
         for rule in rules:
-            for expr in (rule.body, rule.lookahead):
-                for name in iter_rule_refs(expr):
-                    if name not in names:
-                        raise GrammarError(
-                            f"rule {rule.name!r} references undefined rule {name!r}")
+            for name in (*rule.refs, *iter_rule_refs(rule.lookahead)):
+                if name not in names:
+                    raise GrammarError(
+                        f"rule {rule.name!r} references undefined rule {name!r}")
 
     # -- access
     @property
@@ -245,7 +248,8 @@ def normalize(expr: Expr) -> Expr:
     sequence is ``Literal(b"")``); choices are flattened (order and duplicates kept); single-item
     sequences and choices are their item; ``e{1,1}`` is ``e``; ``e{0,0}`` and repeats of the
     empty string are the empty string. Iterative (post-order with an explicit stack), so deeply
-    nested expressions do not exhaust Python's recursion limit.
+    nested expressions do not exhaust Python's recursion limit. A subtree already in normal
+    form comes back as the same object.
     """
     done: dict = {}  # id(node) -> normal form of node
     stack = [(expr, False)]
@@ -267,7 +271,9 @@ def normalize(expr: Expr) -> Expr:
             stack.extend((child, False) for child in reversed(kids))
             continue
         normal = [done[id(child)] for child in kids]
-        if isinstance(node, Sequence):
+        if all(new is old for new, old in zip(normal, kids)) and _already_normal(node):
+            done[id(node)] = node  # kept as it is: normalising a normal tree allocates nothing
+        elif isinstance(node, Sequence):
             done[id(node)] = _normal_sequence(normal)
         elif isinstance(node, Choice):
             flat: list = []
@@ -286,6 +292,27 @@ def normalize(expr: Expr) -> Expr:
             else:
                 done[id(node)] = Repeat(inner, node.min, node.max)
     return done[id(expr)]
+
+
+def _already_normal(node: Expr) -> bool:
+    """Whether a Sequence, Choice or Repeat whose children are in normal form is itself."""
+    if isinstance(node, Sequence):
+        items = node.items
+        if len(items) < 2:
+            return False
+        previous_literal = False
+        for item in items:
+            if isinstance(item, Sequence):
+                return False
+            literal = isinstance(item, Literal)
+            if literal and (previous_literal or not item.data):
+                return False
+            previous_literal = literal
+        return True
+    if isinstance(node, Choice):
+        return len(node.alternatives) >= 2 and not any(
+            isinstance(alternative, Choice) for alternative in node.alternatives)
+    return not (node.max == 0 or node.expr == EMPTY or (node.min == 1 and node.max == 1))
 
 
 def children(node: Expr) -> Tuple[Expr, ...]:

@@ -10,7 +10,7 @@ Out: ``is_nullable`` / ``is_productive`` (one expression, given the rule names k
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Set
+from typing import Callable, Dict, List, Mapping, Optional, Sequence as Seq, Set
 
 from gxg.graphs import strongly_connected_components
 from gxg.grammar.ir import CharClass, Choice, Expr, Literal, Repeat, RuleRef, Sequence, iter_rule_refs
@@ -51,15 +51,19 @@ def _derives(expr: Expr, rules: Set[str], empty_only: bool) -> bool:
 
 
 def least_fixpoint(bodies: Mapping[str, Expr],
-                   holds: Callable[[Expr, Set[str]], bool]) -> Set[str]:
+                   holds: Callable[[Expr, Set[str]], bool],
+                   refs: Optional[Mapping[str, Seq[str]]] = None) -> Set[str]:
     """The least set S of rule names with ``name in S <=> holds(bodies[name], S)`` (monotone
     ``holds``). A name that ``bodies`` references but does not define is never in S.
+    ``refs``: the rules each body references, when the caller has them (``Rule.refs``).
 
     Components of the reference graph are solved sinks first; inside a component a rule is
     looked at again only when a rule it references was just added, so a long chain of rules
     costs one look per rule, not one sweep of the chain per rule (that was quadratic).
     """
-    graph = {name: [ref for ref in dict.fromkeys(iter_rule_refs(body)) if ref in bodies]
+    graph = {name: [ref for ref in (refs[name] if refs is not None
+                                    else dict.fromkeys(iter_rule_refs(body)))
+                    if ref in bodies]
              for name, body in bodies.items()}
     result: Set[str] = set()
     for component in strongly_connected_components(bodies, graph):
