@@ -57,6 +57,7 @@ from gxg.layout import bitmask_words, pool_index_slot
 from gxg.compiler.completion import CompletionDistances, NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
+from gxg.compile_budget import CompileTimeoutError
 from gxg.grammar.ir import GrammarError
 from gxg.runtime import ErrorCode, RuntimeState
 
@@ -170,6 +171,8 @@ class HostTables:
                     self._uncertain_accepted.clear()
                 try:
                     hit = self.sorted_token_ids[_walk_from_stack(self, stack, sorted_indices)]
+                except CompileTimeoutError:  # a deadline, not an answer: not kept
+                    raise
                 except GrammarError as refused:  # kept too: the walk is not repeated
                     hit = refused
                 self._uncertain_accepted[key] = hit
@@ -600,6 +603,8 @@ def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
             elif len(uncertain):
                 try:
                     _set_bits(row, t.uncertain_accepted(node, stack, uncertain))
+                except CompileTimeoutError:
+                    raise
                 except GrammarError:  # the walk's parse stacks multiply past its limit
                     undecided.append(uncertain)
         if undecided:

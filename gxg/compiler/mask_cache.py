@@ -33,6 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from gxg import compile_budget
+from gxg.compile_budget import CompileTimeoutError
 from gxg.grammar.ir import GrammarError
 from gxg.layout import bitmask_words
 from gxg.compiler.automaton import Automaton
@@ -148,11 +149,15 @@ class MaskCache:
             return {}
         try:
             computed = dict(zip(walk, self._classify(np.array(walk, dtype=np.int32))))
+        except CompileTimeoutError:  # the compile's deadline, not the node's refusal
+            raise
         except GrammarError:
             computed = {}
             for node in walk:
                 try:
                     computed[node] = self._classify(np.array([node], dtype=np.int32))[0]
+                except CompileTimeoutError:
+                    raise
                 except GrammarError as error:
                     if self._fallback is None:
                         self._failed[node] = error
