@@ -21,7 +21,7 @@ from gxg.compiler.automaton import build_automaton
 from gxg.compiler.passes import grammar_size, prepare
 from gxg.compiler.stack_walk import StackWalker
 from gxg.grammar import Grammar, GrammarError
-from gxg.grammar import json_schema
+from gxg.grammar import json_schema_emission as json_schema  # where MAX_COUNT_STATES lives
 from gxg.grammar.json_schema import JsonSchemaRelaxationWarning
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.tokenizer import TokenizerInfo, VocabType
