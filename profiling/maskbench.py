@@ -42,6 +42,12 @@ token loops (``loop_cpu_us_per_token``: CPU seconds after the first mask / TBM s
 bound of the mean TBM, loop overhead included) is recorded too: on a shared, loaded machine the
 wall clock includes time the process spent descheduled, the CPU time does not.
 
+New nodes (gxg's lazy mask cache): a step whose fill computed some node's entry (the
+cache's ``num_computed`` grew) is a *new-node* step; the others are *steady* steps. Both
+kinds are in the TBM columns; the table adds the steady steps' p99 and the new-node steps'
+count and p50/p99 (``tbm_steady_us`` / ``tbm_new_node_us`` in the JSON). gxg-gpu has none: its
+arena takes every entry at ``bind`` (inside its TTFM).
+
 Timeouts: the elapsed time is checked between tokens, and a SIGALRM at the limit interrupts
 Python code (gxg's compiler and CPU ops). Compiled C++ (XGrammar, LLGuidance) cannot be
 interrupted in-process: a compile that runs past the limit finishes and is then recorded as a
@@ -203,6 +209,10 @@ class GxgEngine:
     def can_stop(self):
         return self.accept(self.stop_id) and self.matcher.is_terminated()
 
+    def computed_entries(self):
+        """Mask-cache entries computed so far: a fill that raises it met a new node."""
+        return self.matcher.compiled_grammar.mask_cache.num_computed
+
     def release(self):
         self.matcher = None
 
@@ -271,6 +281,9 @@ class GxgGpuEngine(GxgEngine):
 
     def can_stop(self):
         return self.accept(self.stop_id) and bool(self.batch.is_terminated()[0])
+
+    def computed_entries(self):
+        return None  # the arena took every entry at bind: no step meets a new node
 
     def release(self):
         if self.gid is not None:
@@ -383,6 +396,16 @@ def run_schema(engine, schema, tests, time_limit: float) -> Dict[str, object]:
                               "invalidation_errors": [], "inconsistencies": [],
                               "runtime_limits": [], "warnings": []}
     tbm: List[float] = []
+    # gxg's lazy mask cache: the steps whose fill computed a new node's entry, apart
+    computed = getattr(engine, "computed_entries", lambda: None)
+    tbm_new: List[float] = []
+    tbm_steady: List[float] = []
+
+    def sample(value: float, before) -> None:
+        tbm.append(value)
+        if before is not None:
+            (tbm_new if computed() != before else tbm_steady).append(value)
+
     cpu_start = time.process_time()
     start = time.perf_counter()
     deadline = start + time_limit
@@ -411,6 +434,7 @@ def run_schema(engine, schema, tests, time_limit: float) -> Dict[str, object]:
             accepted_all, where = True, None
             try:
                 for position, token in enumerate(tokens):
+                    before = computed()
                     t0 = time.perf_counter()
                     engine.fill()
                     t1 = time.perf_counter()
@@ -423,7 +447,7 @@ def run_schema(engine, schema, tests, time_limit: float) -> Dict[str, object]:
                         row["ttfm_cpu_ms"] = 1e3 * (time.process_time() - cpu_start)
                         first_mask = False
                     else:
-                        tbm.append(1e6 * ((t1 - t0) + (t3 - t2)))
+                        sample(1e6 * ((t1 - t0) + (t3 - t2)), before)
                     row["tokens"] += 1
                     if allowed != accepted:
                         row["inconsistencies"].append(
@@ -435,6 +459,7 @@ def run_schema(engine, schema, tests, time_limit: float) -> Dict[str, object]:
                     if t3 > deadline:
                         raise SchemaTimeout()
                 if accepted_all:
+                    before = computed()
                     t0 = time.perf_counter()
                     engine.fill()
                     t1 = time.perf_counter()
@@ -447,7 +472,7 @@ def run_schema(engine, schema, tests, time_limit: float) -> Dict[str, object]:
                         row["ttfm_cpu_ms"] = 1e3 * (time.process_time() - cpu_start)
                         first_mask = False
                     else:
-                        tbm.append(1e6 * ((t1 - t0) + (t3 - t2)))
+                        sample(1e6 * ((t1 - t0) + (t3 - t2)), before)
                     if allowed != stops:
                         row["inconsistencies"].append(
                             [index, "end", engine.stop_id, f"mask {int(allowed)} stop "
@@ -484,6 +509,9 @@ def run_schema(engine, schema, tests, time_limit: float) -> Dict[str, object]:
         row["time_s"] = time.perf_counter() - start
         row["cpu_s"] = time.process_time() - cpu_start
         row["tbm_us"] = [round(v, 2) for v in tbm]
+        if tbm_new or tbm_steady:
+            row["tbm_new_us"] = [round(v, 2) for v in tbm_new]
+            row["tbm_steady_us"] = [round(v, 2) for v in tbm_steady]
         try:
             engine.release()
         except Exception:
@@ -503,6 +531,8 @@ def _one_line(error: BaseException) -> str:
 
 def summarise(engine: str, rows: List[dict], wall_s: float) -> Dict[str, object]:
     tbm = [v for r in rows for v in r.get("tbm_us", ())]
+    tbm_new = [v for r in rows for v in r.get("tbm_new_us", ())]
+    tbm_steady = [v for r in rows for v in r.get("tbm_steady_us", ())]
     ttfm = [r["ttfm_ms"] for r in rows if r.get("ttfm_ms") is not None
             and r["status"] in ("pass", "fail")]
     compile_ms = [r["compile_ms"] for r in rows if r.get("compile_ms") is not None
@@ -535,6 +565,9 @@ def summarise(engine: str, rows: List[dict], wall_s: float) -> Dict[str, object]
         "wall_s": wall_s,
         "ttfm_ms": _percentiles(ttfm), "compile_ms": _percentiles(compile_ms),
         "ttfm_cpu_ms": _percentiles(ttfm_cpu), "tbm_us": _percentiles(tbm),
+        # gxg's lazy cache: steps whose fill met a node never reached before, and the others
+        "tbm_new_node_us": _percentiles(tbm_new), "tbm_steady_us": _percentiles(tbm_steady),
+        "new_node_steps": len(tbm_new),
         "loop_cpu_us_per_token": 1e6 * loop_cpu / loop_n if loop_n else None,
     }
 
@@ -761,7 +794,8 @@ def main() -> None:
         summaries.append(summarise(name, rows, wall[name] or sum(r.get("time_s", 0)
                                                                  for r in rows)))
         breakdown[name] = error_breakdown(rows)
-        all_rows += [{k: v for k, v in r.items() if k != "tbm_us"} for r in rows]
+        all_rows += [{k: v for k, v in r.items()
+                      if k not in ("tbm_us", "tbm_new_us", "tbm_steady_us")} for r in rows]
     passing = {name: {r["file"] for r in all_rows if r["engine"] == name
                       and r["status"] == "pass"} for name in names}
     pairs = {f"{a} & {b}": len(passing[a] & passing[b])
@@ -781,6 +815,11 @@ def main() -> None:
             "TTFM cpu p50": s["ttfm_cpu_ms"].get("p50"),
             "TBM p50 us": s["tbm_us"].get("p50"), "TBM p99 us": s["tbm_us"].get("p99"),
             "TBM p99.9 us": s["tbm_us"].get("p99.9"),
+            "steady p99 us": s["tbm_steady_us"].get("p99"),
+            "new-node steps": s["new_node_steps"] if s["tbm_new_node_us"] else None,
+            "new-node p50/p99 us": (f"{s['tbm_new_node_us']['p50']:.0f}/"
+                                    f"{s['tbm_new_node_us']['p99']:.0f}"
+                                    if s["tbm_new_node_us"] else None),
             "loop cpu us/tok": s["loop_cpu_us_per_token"], "wall s": s["wall_s"]})
     print(f"\n{len(files)} files; tokenizer qwen ({info.vocab_size} ids); time limit "
           f"{args.time_limit:g} s per schema; tests: {dict(text_stats)}")
