@@ -18,6 +18,8 @@
 //                  size stay in registers, one entry is written); reads the
 //                  automaton tables (L1/L2 resident: a grammar is KBs) and the slot's pool;
 //                  writes O(new entries) pool words + one history record (K+5 ints).
+//   xg_accept_tokens  same grid: xg_accept's step for each token of the slot's row, up to the
+//                  first rejected (a speculative verify in one launch).
 //   xg_reset       same grid; the warp clears the slot's pool index (PI ints), then lane 0
 //                  closes the root start.
 //   xg_rollback    grid ceil(B/64) x 64, one thread per slot; restores a history record
@@ -470,29 +472,48 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
   return true;
 }
 
+// One token on a bound slot (xg_accept, xg_accept_tokens): false when it is rejected or hits
+// a limit (the state as it was; a limit also sets the slot's error).
+__device__ bool accept_one(const u64* t, Slot& s, long long token) {
+  int b = s.b;
+  signed char* terminated = ptr<signed char>(t, P_TERMINATED) + b;
+  if (token < 0 || token >= s.lim.V || *terminated || ptr<int>(t, P_ERROR)[b]) return false;
+  if (ptr<const signed char>(t, P_IS_STOP)[token]) {
+    if (!ptr<signed char>(t, P_CAN_END)[b]) return false;
+    push_history(t, b, s.lim, *s.pool_size);
+    *terminated = 1;
+    return true;
+  }
+  const int* id_offsets = ptr<const int>(t, P_ID_OFFSETS);
+  int lo = id_offsets[token], hi = id_offsets[token + 1];
+  if (hi == lo) return false;  // special: empty bytes or padding
+  s.indexed = 0;  // the step's record of indexed frames starts empty
+  return accept_bytes(s, ptr<const unsigned char>(t, P_ID_BYTES) + lo, hi - lo);
+}
+
 extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token_ids,
                                      bool* accepted) {
   int b = blockIdx.x;
   if (b >= B || threadIdx.x != 0) return;
   Slot s = make_slot(t, b);
-  long long token = token_ids[b];
-  if (s.grammar < 0) { accepted[b] = true; return; }
-  signed char* terminated = ptr<signed char>(t, P_TERMINATED) + b;
-  if (token < 0 || token >= s.lim.V || *terminated || ptr<int>(t, P_ERROR)[b]) {
-    accepted[b] = false;
-    return;
-  }
-  if (ptr<const signed char>(t, P_IS_STOP)[token]) {
-    if (!ptr<signed char>(t, P_CAN_END)[b]) { accepted[b] = false; return; }
-    push_history(t, b, s.lim, *s.pool_size);
-    *terminated = 1;
-    accepted[b] = true;
-    return;
-  }
-  const int* id_offsets = ptr<const int>(t, P_ID_OFFSETS);
-  int lo = id_offsets[token], hi = id_offsets[token + 1];
-  if (hi == lo) { accepted[b] = false; return; }  // special: empty bytes or padding
-  accepted[b] = accept_bytes(s, ptr<const unsigned char>(t, P_ID_BYTES) + lo, hi - lo);
+  accepted[b] = s.grammar < 0 || accept_one(t, s, token_ids[b]);
+}
+
+// Row b: token_ids[b, :lengths[b]] (clamped to [0, T]) in order, up to the first rejected;
+// counts[b] = how many were accepted, each one history step (ops/reference.py accept_tokens).
+extern "C" __global__ void xg_accept_tokens(const u64* t, int B, int T,
+                                            const long long* token_ids,
+                                            const long long* lengths, int* counts) {
+  int b = blockIdx.x;
+  if (b >= B || threadIdx.x != 0) return;
+  long long length = lengths[b];
+  int n = length < 0 ? 0 : (length > T ? T : (int)length);
+  Slot s = make_slot(t, b);
+  if (s.grammar < 0) { counts[b] = n; return; }
+  const long long* row = token_ids + (size_t)b * T;
+  int k = 0;
+  while (k < n && accept_one(t, s, row[k])) ++k;
+  counts[b] = k;
 }
 
 // ----------------------------------------------------------------------------- reset

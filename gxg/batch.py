@@ -285,6 +285,25 @@ class GrammarBatch:
                 return self._step_accepted.clone()  # the next replay overwrites the buffer
         return step(token_ids)
 
+    def accept_tokens(self, token_ids: torch.Tensor,
+                      lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Advance slot b by ``token_ids[b, :lengths[b]]`` (int64 [max_batch, T]; lengths int
+        [max_batch], default T) in order, up to the first token it rejects; returns the
+        accepted counts (int32 [max_batch]) on the device, with no host synchronisation. Each
+        accepted token is one rollback step and counts against the slot's budget, exactly as
+        ``accept`` that many times: the verify step of speculative decoding (pass the target's
+        tokens and the length of the prefix that matches the draft, plus one)."""
+        if lengths is None:
+            lengths = torch.full((token_ids.shape[0],), token_ids.shape[1], dtype=torch.int64,
+                                 device=token_ids.device)
+        counts = self._op("accept_tokens")(self.runtime, self._arena_tensors, token_ids,
+                                           lengths)
+        if self._budgeted:
+            budget = self.token_budget
+            budget.sub_(torch.where(budget > 0, torch.minimum(counts, budget),
+                                    torch.zeros_like(budget)))
+        return counts
+
     def rollback(self, num_tokens: Union[int, torch.Tensor]) -> torch.Tensor:
         """Undo the last ``num_tokens`` steps of each slot (an int for all, or int [max_batch]);
         returns ok (bool [max_batch]). The tokens go back to the slot's budget."""
@@ -345,7 +364,8 @@ class GrammarBatch:
         gid = int(self._field["grammar"][slot])
         if gid < 0:
             raise ValueError(f"slot {slot} is not bound")
-        matcher = GrammarMatcher(self.arena.compiled(gid), limits=self.limits)
+        matcher = GrammarMatcher(self.arena.compiled(gid), limits=self.limits,
+                                 max_rollback_tokens=self.limits.history)
         self.host_state().copy_slot(slot, matcher.state, 0)
         matcher.state.grammar[0] = 0
         return matcher

@@ -112,6 +112,15 @@ def accept(table: torch.Tensor, token_ids: torch.Tensor, accepted: torch.Tensor)
             (_pointer(table), np.int32(batch), _pointer(token_ids), _pointer(accepted)))
 
 
+def accept_tokens(table: torch.Tensor, token_ids: torch.Tensor, lengths: torch.Tensor,
+                  counts: torch.Tensor) -> None:
+    batch, width = token_ids.shape
+    grid, block = _warp_per_slot(batch)
+    _launch("xg_accept_tokens", table.device, grid, block,
+            (_pointer(table), np.int32(batch), np.int32(width), _pointer(token_ids),
+             _pointer(lengths), _pointer(counts)))
+
+
 def reset(table: torch.Tensor, which: torch.Tensor) -> None:
     batch = which.shape[0]
     grid, block = _warp_per_slot(batch)

@@ -9,6 +9,7 @@ Out: the ops, each for one slot, mutating the state in place:
      reset(state, slot, tables)                  initial closure of the root
      accept_token(state, slot, tables, token)    -> bool; a rejected token changes nothing
      accept_bytes(state, slot, tables, data)     -> bool; one history step for the whole string
+     accept_tokens(state, slot, tables, tokens)  -> accepted prefix length (accept_token each)
      rollback(state, slot, num_tokens)           -> bool; False if num_tokens > history
      fill_next_token_bitmask(state, slot, tables, row) -> need_apply
      restrict_to_budget(state, slot, tables, row, remaining) -> a completion fits
@@ -559,6 +560,18 @@ def accept_token(state: RuntimeState, slot: int, t: HostTables, token_id: int) -
     if t.special[token_id]:
         return False
     return accept_bytes(state, slot, t, t.decoded_vocab[token_id])
+
+
+def accept_tokens(state: RuntimeState, slot: int, t: HostTables, token_ids) -> int:
+    """Accept ``token_ids`` in order up to the first one rejected; returns how many were
+    accepted. Each is one history step, exactly as ``accept_token`` one after the other (a
+    speculative verify: the slot ends in the state of its accepted prefix)."""
+    count = 0
+    for token_id in token_ids:
+        if not accept_token(state, slot, t, int(token_id)):
+            break
+        count += 1
+    return count
 
 
 def rollback(state: RuntimeState, slot: int, num_tokens: int) -> bool:

@@ -13,6 +13,8 @@ Out: the ops below, each with fixed shapes, no host synchronisation and no alloc
 
   xg::reset(runtime!, arena, slots)                    slots: bool [B]
   xg::accept_token(runtime!, arena, token_ids) -> bool [B]
+  xg::accept_tokens(runtime!, arena, token_ids [B, T], lengths [B]) -> int32 [B]
+                                                       accepted prefix of each row
   xg::rollback(runtime!, num_tokens) -> bool [B]       False: history too short
   xg::fill_next_token_bitmask(runtime!, arena, bitmask!, remaining?)
   xg::apply_token_bitmask_inplace(logits!, bitmask, indices?)
@@ -146,6 +148,57 @@ def _accept_token_cuda(runtime, arena, token_ids):
 @accept_token.register_fake
 def _(runtime, arena, token_ids):
     return token_ids.new_empty(token_ids.shape[0], dtype=torch.bool)
+
+
+# ----------------------------------------------------------------------------- accept_tokens
+
+
+def _check_token_rows(token_ids: torch.Tensor, lengths: torch.Tensor,
+                      runtime: torch.Tensor) -> None:
+    rows = runtime.shape[0]
+    if token_ids.dim() != 2 or token_ids.shape[0] != rows or token_ids.device != runtime.device:
+        raise ValueError(f"token_ids must be a 2-D tensor of {rows} rows (one per slot) on "
+                         f"{runtime.device}, got shape {tuple(token_ids.shape)} on "
+                         f"{token_ids.device}")
+    _check_rows("lengths", lengths, runtime)
+
+
+@torch.library.custom_op("xg::accept_tokens", mutates_args=("runtime",))
+def accept_tokens(runtime: torch.Tensor, arena: torch.Tensor, token_ids: torch.Tensor,
+                  lengths: torch.Tensor) -> torch.Tensor:
+    """Row b: accept ``token_ids[b, :lengths[b]]`` in order (lengths clamped to [0, T]) up to
+    the first token the slot rejects; returns the accepted counts (int32 [B]). Each accepted
+    token is one history step, as ``accept_token`` called that many times; an unbound slot
+    accepts them all. One launch for a speculative verify: the caller passes the target's
+    tokens and the length of the prefix that matches the draft (plus the target's next token),
+    computed on the device, and no host synchronisation is needed."""
+    _check_token_rows(token_ids, lengths, runtime)
+    state, dims = _host_state(runtime)
+    tables_of = arena_tables.lookup(arena, dims)
+    width = token_ids.shape[1]
+    counts = np.zeros(token_ids.shape[0], dtype=np.int32)
+    for slot, (row, length) in enumerate(zip(token_ids.tolist(), lengths.tolist())):
+        row = row[: min(max(int(length), 0), width)]
+        grammar = int(state.grammar[slot])
+        counts[slot] = len(row) if grammar < 0 else reference.accept_tokens(
+            state, slot, tables_of(grammar), row)
+    return torch.from_numpy(counts)
+
+
+@accept_tokens.register_kernel("cuda")
+def _accept_tokens_cuda(runtime, arena, token_ids, lengths):
+    from gxg.ops import cuda_automaton
+    _check_token_rows(token_ids, lengths, runtime)
+    with _range("xg::accept_tokens"):
+        counts = torch.empty(token_ids.shape[0], dtype=torch.int32, device=token_ids.device)
+        cuda_automaton.accept_tokens(runtime, token_ids.to(torch.int64).contiguous(),
+                                     lengths.to(torch.int64).contiguous(), counts)
+    return counts
+
+
+@accept_tokens.register_fake
+def _(runtime, arena, token_ids, lengths):
+    return token_ids.new_empty(token_ids.shape[0], dtype=torch.int32)
 
 
 # ----------------------------------------------------------------------------- rollback
@@ -354,6 +407,7 @@ def _(runtime, arena, logits, bitmask, temperature, top_k, top_p, seed, offset,
 CUDA_KERNELS = {
     "reset": _reset_cuda,
     "accept_token": _accept_token_cuda,
+    "accept_tokens": _accept_tokens_cuda,
     "rollback": _rollback_cuda,
     "fill_next_token_bitmask": _fill_next_token_bitmask_cuda,
     "apply_token_bitmask_inplace": _apply_token_bitmask_inplace_cuda,

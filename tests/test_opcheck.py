@@ -25,11 +25,11 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
-OPS = ["reset", "accept_token", "rollback", "fill_next_token_bitmask",
+OPS = ["reset", "accept_token", "accept_tokens", "rollback", "fill_next_token_bitmask",
        "apply_token_bitmask_inplace", "fill_and_apply", "fill_and_sample"]
 
 # (op, variant): the calls checked; a variant names the optional arguments passed
-CALLS = [("reset", ""), ("accept_token", ""), ("rollback", ""),
+CALLS = [("reset", ""), ("accept_token", ""), ("accept_tokens", ""), ("rollback", ""),
          ("fill_next_token_bitmask", ""), ("fill_next_token_bitmask", "budget"),
          ("apply_token_bitmask_inplace", ""), ("apply_token_bitmask_inplace", "indices"),
          ("fill_and_apply", ""), ("fill_and_apply", "budget"),
@@ -80,6 +80,11 @@ def op_arguments(batch: GrammarBatch, info, op: str, variant: str) -> tuple:
         return (*state, torch.tensor([True, False, True], device=device))
     if op == "accept_token":
         return (*state, torch.tensor([info.decoded_vocab.index(b"]")] * 3, device=device))
+    if op == "accept_tokens":  # slot 0 takes "]" then stops at "[", slot 1 takes "2" twice
+        ids = [info.decoded_vocab.index(t) for t in (b"]", b"[", b"2")]
+        rows = [[ids[0], ids[1], ids[1]], [ids[2], ids[2], ids[0]], [ids[1], ids[1], ids[1]]]
+        return (*state, torch.tensor(rows, device=device),
+                torch.tensor([3, 2, 5], device=device))
     if op == "rollback":
         return batch.runtime, torch.tensor([1, 2, 0], device=device)
     if op == "fill_next_token_bitmask":
@@ -116,6 +121,8 @@ def test_op_passes_opcheck(world, device, op, variant):
 BAD_ARGUMENTS = [
     ("reset", 2, lambda d: torch.tensor([True, False], device=d), "slots"),
     ("accept_token", 2, lambda d: torch.zeros(4, dtype=torch.int64, device=d), "token_ids"),
+    ("accept_tokens", 2, lambda d: torch.zeros(3, dtype=torch.int64, device=d), "token_ids"),
+    ("accept_tokens", 3, lambda d: torch.zeros(2, dtype=torch.int64, device=d), "lengths"),
     ("rollback", 1, lambda d: torch.zeros(2, dtype=torch.int64, device=d), "num_tokens"),
     ("fill_next_token_bitmask", 2, lambda d: torch.zeros((3, 1), dtype=torch.int32, device=d),
      "bitmask"),
