@@ -23,7 +23,8 @@ Per-slot behaviour (documented contract):
     all-masked row; the code stays until ``reset`` (read it with ``error_codes()``);
   * slot with a token budget (``bind(..., max_tokens=n)`` or ``set_token_budget``): every fill
     allows only tokens after which the output can still complete within the tokens left
-    (``token_budget``, counted down on the device by ``accept``, given back by ``rollback``,
+    (``token_budget``, counted down on the device by ``accept``, given back by ``rollback`` —
+    only the tokens it counted: tokens accepted past a budget of 0 are undone first —,
     restored by ``reset``); when no completion fits any more the grammar's mask stays as it is.
 """
 from __future__ import annotations
@@ -95,6 +96,9 @@ class GrammarBatch:
         # slot has had a budget (``_budgeted``), so batches without budgets pay nothing.
         self.token_budget = torch.full((b,), -1, **i32)
         self._budget_at_start = torch.full((b,), -1, **i32)
+        # tokens accepted while the budget was already 0 (the most recent steps: the budget
+        # only falls): a rollback undoes these before it gives any token back
+        self._over_budget = torch.zeros((b,), **i32)
         self._budgeted = False
         self._all = torch.ones(b, dtype=torch.bool, device=dev)
         # fill_and_sample's counter-based random stream: the seed, and the offset that every
@@ -141,6 +145,7 @@ class GrammarBatch:
             self._budgeted = True
         self.token_budget[slot] = value
         self._budget_at_start[slot] = value
+        self._over_budget[slot] = 0
 
     def _budget(self) -> Optional[torch.Tensor]:
         return self.token_budget if self._budgeted else None
@@ -272,6 +277,7 @@ class GrammarBatch:
         def step(tokens):
             accepted = self._op("accept_token")(self.runtime, self._arena_tensors, tokens)
             if self._budgeted:
+                self._over_budget.add_((accepted & (self.token_budget == 0)).to(torch.int32))
                 self.token_budget.sub_((accepted & (self.token_budget > 0)).to(torch.int32))
             return accepted
 
@@ -300,8 +306,11 @@ class GrammarBatch:
                                            lengths)
         if self._budgeted:
             budget = self.token_budget
-            budget.sub_(torch.where(budget > 0, torch.minimum(counts, budget),
-                                    torch.zeros_like(budget)))
+            counted = torch.where(budget > 0, torch.minimum(counts, budget),
+                                  torch.zeros_like(budget))
+            self._over_budget.add_(torch.where(budget >= 0, counts - counted,
+                                               torch.zeros_like(budget)))
+            budget.sub_(counted)
         return counts
 
     def rollback(self, num_tokens: Union[int, torch.Tensor]) -> torch.Tensor:
@@ -312,8 +321,10 @@ class GrammarBatch:
                                     device=self.device)
         ok = self._op("rollback")(self.runtime, num_tokens)
         if self._budgeted:
-            given_back = torch.where(ok & (self.token_budget >= 0), num_tokens, 0)
-            torch.minimum(self.token_budget + given_back.to(torch.int32), self._budget_at_start,
+            undone = torch.where(ok & (self.token_budget >= 0), num_tokens, 0).to(torch.int32)
+            past_budget = torch.minimum(undone, self._over_budget)
+            self._over_budget.sub_(past_budget)
+            torch.minimum(self.token_budget + (undone - past_budget), self._budget_at_start,
                           out=self.token_budget)
         return ok
 
@@ -330,6 +341,7 @@ class GrammarBatch:
         self._op("reset")(self.runtime, self._arena_tensors, which)
         if self._budgeted:
             torch.where(which, self._budget_at_start, self.token_budget, out=self.token_budget)
+            self._over_budget.masked_fill_(which, 0)
 
     def is_terminated(self) -> torch.Tensor:
         return self._field["terminated"] != 0

@@ -253,6 +253,33 @@ def test_batch_budget_rollback_and_reset(zoo_compiled):
             batch.set_token_budget(0, bad)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["accept", "accept_tokens"])
+def test_a_rollback_gives_back_only_the_tokens_the_budget_counted(zoo_compiled, fused):
+    """A budget of 2 and four tokens accepted (the caller ignored the masks): the budget stops
+    at 0 and the two tokens past it are undone first, so rolling back one by one gives
+    0, 0, 1, 2: the budget a slot had before each of those accepts."""
+    info, compiled = zoo_compiled
+    batch = GrammarBatch(info, device="cpu", max_batch=1)
+    batch.bind(0, compiled["json"], max_tokens=2)
+    tokens = [info.decoded_vocab.index(t) for t in (b"[", b"1", b",", b"2")]
+    if fused:
+        assert batch.accept_tokens(torch.tensor([tokens])).tolist() == [4]
+    else:
+        for token in tokens:
+            assert batch.accept(torch.tensor([token])).tolist() == [True]
+    assert batch.token_budget.tolist() == [0]
+    given_back = []
+    for _ in tokens:
+        assert batch.rollback(1).tolist() == [True]
+        given_back.append(batch.token_budget.item())
+    assert given_back == [0, 0, 1, 2]
+    for token in tokens[:3]:  # and after the rollbacks it counts as before
+        batch.accept(torch.tensor([token]))
+    assert batch.token_budget.tolist() == [0]
+    batch.rollback(2)
+    assert batch.token_budget.tolist() == [1]
+
+
 def test_ops_pass_opcheck_with_a_budget(zoo_compiled):
     info, compiled = zoo_compiled
     batch = GrammarBatch(info, device="cpu", max_batch=2)
