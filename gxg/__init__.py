@@ -34,6 +34,7 @@ _LAZY = {
     "reset_token_bitmask": "gxg.matcher",
     "bitmask_dtype": "gxg.matcher",
     "GrammarBatch": "gxg.batch",
+    "DraftMasks": "gxg.draft_masks",
     "DeviceArena": "gxg.arena",
     "ArenaCapacity": "gxg.arena",
     "ArenaFullError": "gxg.arena",

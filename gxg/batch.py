@@ -50,7 +50,8 @@ MAX_EAGER_GRAPHS = 8  # cached step graphs per batch (one per bitmask buffer and
 class GrammarBatch:
     def __init__(self, tokenizer_info: TokenizerInfo, device="cuda", max_batch: int = 256,
                  limits: RuntimeLimits = RuntimeLimits(),
-                 capacity: ArenaCapacity = ArenaCapacity(), *, eager_graphs: bool = True):
+                 capacity: ArenaCapacity = ArenaCapacity(), *, eager_graphs: bool = True,
+                 arena: Optional[DeviceArena] = None):
         self.device = torch.device(device)
         # Eager fill and accept on CUDA replay cached CUDA graphs of themselves (``_replay``):
         # one host call instead of a launch per kernel. A cache, and it says so.
@@ -59,7 +60,11 @@ class GrammarBatch:
         self.max_batch = max_batch
         self.limits = limits
         self.vocab_size = tokenizer_info.vocab_size
-        self.arena = DeviceArena(tokenizer_info, self.device, capacity)
+        # ``arena``: share another batch's (its grammars and ids; e.g. a draft batch)
+        if arena is not None and arena.device != self.device:
+            raise ValueError(f"the arena is on {arena.device}, the batch on {self.device}")
+        self.arena = arena if arena is not None else DeviceArena(tokenizer_info, self.device,
+                                                                 capacity)
         host = RuntimeState.allocate(max_batch, limits)
         host.grammar[:] = -1
         dev = self.device
@@ -369,6 +374,18 @@ class GrammarBatch:
             raise ValueError("the state's limits or batch size differ from the batch's")
         for name in RuntimeState.FIELDS:
             self._field[name].copy_(torch.from_numpy(np.ascontiguousarray(getattr(state, name))))
+
+    def copy_slots_from(self, other: "GrammarBatch", source_slots: torch.Tensor) -> None:
+        """Slot i takes the state of ``other``'s slot ``source_slots[i]`` (int64 [max_batch] on
+        the device; the two batches share an arena and limits): device copies, no host sync,
+        capturable. Token budgets are not copied."""
+        if other.arena is not self.arena or other.limits != self.limits:
+            raise ValueError("copy_slots_from needs a batch with the same arena and limits")
+        if source_slots.shape != (self.max_batch,):
+            raise ValueError(f"source_slots must have {self.max_batch} entries, got "
+                             f"{tuple(source_slots.shape)}")
+        for name in RuntimeState.FIELDS:
+            torch.index_select(other._field[name], 0, source_slots, out=self._field[name])
 
     def to_matcher(self, slot: int):
         """A CPU ``GrammarMatcher`` holding a copy of slot ``slot``'s state."""

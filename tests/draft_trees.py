@@ -5,18 +5,22 @@
   children whose tokens are mostly allowed ones (``allowed(path)``: the token ids the grammar
   allows after the path's tokens), sometimes the next token of a real document
   (``true_path``), sometimes a random id (a rejected draft);
+* ``grow_trees(compiled, vocab_size, walks, seed)``: (prefix, tree) pairs, a tree grown from a
+  random prefix of a real token walk (``spell(info, sentences)``: sentences as token ids);
 * ``sequential_masks(matcher, tree, vocab_size)``: what ``traverse_draft_tree`` must write, by
   brute force: for every node, a fresh fork accepts the path's tokens one by one and fills;
   ``None`` where the traversal must leave the row alone (below a rejected node).
 """
 from __future__ import annotations
 
+import random
 from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
 
 import gxg
+from mask_oracles import mask_to_bool
 
 
 def random_tree(rng, allowed: Callable[[List[int]], Sequence[int]], true_path: Sequence[int],
@@ -86,3 +90,41 @@ def sequential_masks(matcher, tree, vocab_size: int) -> List[Optional[np.ndarray
             else:
                 rows[child] = np.zeros(words, np.int32)
     return rows
+
+
+def grow_trees(compiled, vocab_size, texts_as_tokens, seed, count=6, size=24, width=3):
+    """(prefix tokens, tree) pairs: a prefix of a real walk, a tree grown from its state."""
+    rng = random.Random(seed)
+    for _ in range(count):
+        walk = rng.choice(texts_as_tokens)
+        cut = rng.randint(0, len(walk))
+        prefix, rest = walk[:cut], walk[cut:]
+        base = gxg.GrammarMatcher(compiled)
+        assert all(base.accept_token(t) for t in prefix)
+
+        def allowed(path, base=base):
+            m = base.fork()
+            if not all(0 <= t < vocab_size and not m.is_terminated() and m.accept_token(t)
+                       for t in path) or m.is_terminated():
+                return []
+            mask = gxg.allocate_token_bitmask(1, vocab_size)
+            m.fill_next_token_bitmask(mask)
+            return np.flatnonzero(mask_to_bool(mask[0].numpy(), vocab_size)).tolist()
+
+        yield prefix, random_tree(rng, allowed, rest, size, width, vocab_size)
+
+
+def spell(info, sentences):
+    """Each sentence as token ids, greedily longest-first over the synthetic vocabulary."""
+    index = {token: i for i, token in enumerate(info.decoded_vocab)
+             if token and i not in info.stop_token_ids}
+    longest = max(map(len, index))
+    walks = []
+    for sentence in sentences:
+        data, out, i = sentence.encode(), [], 0
+        while i < len(data):
+            j = next(j for j in range(min(len(data), i + longest), i, -1) if data[i:j] in index)
+            out.append(index[data[i:j]])
+            i = j
+        walks.append(out)
+    return walks

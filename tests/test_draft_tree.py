@@ -4,7 +4,6 @@ sequential fill/accept oracle (``draft_trees.sequential_masks``) on random trees
 real walks, and XGrammar's own traversal bit for bit where XGrammar is installed."""
 from __future__ import annotations
 
-import random
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ import torch
 import gxg
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.tokenizer import TokenizerInfo, VocabType
-from draft_trees import random_tree, sequential_masks
+from draft_trees import grow_trees, sequential_masks, spell
 from grammar_zoo import GRAMMAR_ZOO, info_or_skip, make_info, synthetic_vocab, zoo_grammar
 from mask_oracles import mask_to_bool
 
@@ -134,28 +133,6 @@ def test_bitmasks_of_the_wrong_shape_are_refused(just_a, rows):
 # ----------------------------------------------------------------------------- random trees
 
 
-def grow_trees(compiled, vocab_size, texts_as_tokens, seed, count=6, size=24, width=3):
-    """(prefix tokens, tree) pairs: a prefix of a real walk, a tree grown from its state."""
-    rng = random.Random(seed)
-    for _ in range(count):
-        walk = rng.choice(texts_as_tokens)
-        cut = rng.randint(0, len(walk))
-        prefix, rest = walk[:cut], walk[cut:]
-        base = gxg.GrammarMatcher(compiled)
-        assert all(base.accept_token(t) for t in prefix)
-
-        def allowed(path, base=base):
-            m = base.fork()
-            if not all(0 <= t < vocab_size and not m.is_terminated() and m.accept_token(t)
-                       for t in path) or m.is_terminated():
-                return []
-            mask = gxg.allocate_token_bitmask(1, vocab_size)
-            m.fill_next_token_bitmask(mask)
-            return np.flatnonzero(mask_to_bool(mask[0].numpy(), vocab_size)).tolist()
-
-        yield prefix, random_tree(rng, allowed, rest, size, width, vocab_size)
-
-
 def check_against_oracle(compiled, vocab_size, prefix, tree):
     matcher = gxg.GrammarMatcher(compiled)
     assert all(matcher.accept_token(t) for t in prefix)
@@ -168,22 +145,6 @@ def check_against_oracle(compiled, vocab_size, prefix, tree):
         else:
             np.testing.assert_array_equal(rows[node].numpy(), want, err_msg=f"node {node}")
     return rows
-
-
-def spell(info, sentences):
-    """Each sentence as token ids, greedily longest-first over the synthetic vocabulary."""
-    index = {token: i for i, token in enumerate(info.decoded_vocab)
-             if token and i not in info.stop_token_ids}
-    longest = max(map(len, index))
-    walks = []
-    for sentence in sentences:
-        data, out, i = sentence.encode(), [], 0
-        while i < len(data):
-            j = next(j for j in range(min(len(data), i + longest), i, -1) if data[i:j] in index)
-            out.append(index[data[i:j]])
-            i = j
-        walks.append(out)
-    return walks
 
 
 @pytest.mark.parametrize("name,ebnf,sentences", GRAMMAR_ZOO, ids=[z[0] for z in GRAMMAR_ZOO])

@@ -1,0 +1,113 @@
+"""``gxg.draft_masks.DraftMasks``: every draft node's mask for every slot, on the batch's device.
+
+Specification: for B slots, each some tokens into a zoo grammar, and a random draft tree per slot
+(grown as a drafter would: mostly allowed tokens, some tokens of the real continuation, some
+random ids), row (b, i) equals what ``GrammarMatcher.traverse_draft_tree`` writes for that
+slot's state into rows that start at zero — the mask after the path's tokens, zero for a node
+whose token is rejected or terminates and, where the traversal leaves rows alone (below such a
+node, and nodes no path reaches), zero. The batch's state is unchanged. On the CPU in CI; on
+CUDA, the same rows (marked gpu).
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import gxg
+from draft_trees import grow_trees, spell
+from grammar_zoo import GRAMMAR_ZOO, make_info, synthetic_vocab, zoo_grammar
+from gxg.batch import GrammarBatch
+from gxg.draft_masks import DraftMasks, draft_paths
+from gxg.grammar_compiler import GrammarCompiler
+
+NODES = 12
+SLOTS = 4
+
+
+def pad(tree, n):
+    """XGrammar's arrays padded to n nodes (the extra nodes are reached by no link)."""
+    out = []
+    for array, fill in zip(tree, (-1, -1, 0)):
+        extra = torch.full((n - array.shape[0],), fill, dtype=torch.int64)
+        out.append(torch.cat([array, extra]))
+    return out
+
+
+def expected_rows(compiled, prefix, tree, words):
+    matcher = gxg.GrammarMatcher(compiled)
+    assert all(matcher.accept_token(t) for t in prefix)
+    rows = torch.zeros((tree[0].shape[0], words), dtype=torch.int32)
+    assert matcher.traverse_draft_tree(*tree, rows)
+    return rows
+
+
+def test_paths_of_a_small_tree():
+    """root -> 1 (t=5) -> 3 (t=7); root -> 2 (t=6, 1's sibling); node 4 unreached."""
+    first = torch.tensor([[1, 3, -1, -1, -1]])
+    sibling = torch.tensor([[-1, 2, -1, -1, -1]])
+    tokens = torch.tensor([[9, 5, 6, 7, 8]])
+    paths, depth, reached = draft_paths(first, sibling, tokens)
+    assert depth.tolist() == [[0, 1, 1, 2, 0]]
+    assert reached.tolist() == [[True, True, True, True, False]]
+    assert paths[0, 3, :2].tolist() == [5, 7] and paths[0, 2, :1].tolist() == [6]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])])
+@pytest.mark.parametrize("name,ebnf,sentences", GRAMMAR_ZOO, ids=[z[0] for z in GRAMMAR_ZOO])
+def test_draft_masks_equal_the_host_traversal(name, ebnf, sentences, device):
+    info = make_info(synthetic_vocab(sentences))
+    compiled = GrammarCompiler(info).compile_grammar(zoo_grammar(ebnf))
+    words = (info.vocab_size + 31) // 32
+    pairs = list(grow_trees(compiled, info.vocab_size, spell(info, sentences), seed=name,
+                            count=SLOTS, size=NODES, width=3))
+    batch = GrammarBatch(info, device=device, max_batch=SLOTS)
+    for slot, (prefix, _) in enumerate(pairs):
+        batch.bind(slot, compiled)
+    longest = max(1, max(len(prefix) for prefix, _ in pairs))
+    rows = torch.zeros((SLOTS, longest), dtype=torch.int64)
+    for slot, (prefix, _) in enumerate(pairs):
+        rows[slot, : len(prefix)] = torch.tensor(prefix, dtype=torch.int64)
+    lengths = torch.tensor([len(prefix) for prefix, _ in pairs])
+    assert batch.accept_tokens(rows.to(device), lengths.to(device)).tolist() == lengths.tolist()
+    trees = [pad(tree, NODES) for _, tree in pairs]
+    arrays = [torch.stack([t[k] for t in trees]).to(device) for k in range(3)]
+    before = batch.host_state()
+    drafts = DraftMasks(batch, NODES)
+    bitmask = torch.full((SLOTS, NODES, words), 7, dtype=torch.int32, device=device)
+    drafts.fill(*arrays, bitmask)
+    after = batch.host_state()
+    for slot, (prefix, tree) in enumerate(pairs):
+        assert after.stacks(slot) == before.stacks(slot)
+        want = expected_rows(compiled, prefix, pad(tree, NODES), words)
+        np.testing.assert_array_equal(bitmask[slot].cpu().numpy(), want.numpy(),
+                                      err_msg=f"{name} slot {slot}")
+
+
+def test_bad_arguments_are_refused():
+    name, ebnf, sentences = GRAMMAR_ZOO[0]
+    info = make_info(synthetic_vocab(sentences))
+    compiled = GrammarCompiler(info).compile_grammar(zoo_grammar(ebnf))
+    batch = GrammarBatch(info, device="cpu", max_batch=2)
+    batch.bind(0, compiled)
+    drafts = DraftMasks(batch, 3)
+    words = (info.vocab_size + 31) // 32
+    good = [torch.full((2, 3), -1, dtype=torch.int64) for _ in range(2)] + \
+        [torch.zeros((2, 3), dtype=torch.int64)]
+    with pytest.raises(ValueError, match="draft_tokens"):
+        drafts.fill(*good[:2], torch.zeros((2, 4), dtype=torch.int64),
+                    torch.zeros((2, 3, words), dtype=torch.int32))
+    with pytest.raises(ValueError, match="bitmask"):
+        drafts.fill(*good, torch.zeros((2, 3, words + 1), dtype=torch.int32))
+    with pytest.raises(ValueError, match="num_nodes"):
+        DraftMasks(batch, 0)
+    other = GrammarBatch(info, device="cpu", max_batch=2)
+    with pytest.raises(ValueError, match="same arena"):
+        other.copy_slots_from(batch, torch.zeros(2, dtype=torch.int64))
+    rows = drafts.fill(*good, torch.zeros((2, 3, words), dtype=torch.int32))
+    # the unbound slot: everything at its root, zero at the nodes no link reaches
+    assert rows[1, 0].eq(-1).all() and rows[1, 1:].eq(0).all()
