@@ -8,7 +8,8 @@ Out: ``DraftMasks(batch, num_nodes).fill(...)``: bitmask rows [B, N, W] (int32):
      mask), and zero when a token on that path is rejected, when the slot has terminated
      there (a stop token on the path, or before the draft), or when node i is not reached
      from the root; an unbound slot allows everything at every reached node. The batch's
-     state is not changed. The arrays are trusted as a drafter writes them (a tree: no node
+     state is not changed; the batch's token budgets do not narrow these rows. The arrays are
+     trusted as a drafter writes them (a tree: no node
      with two parents, indices in [-1, N)); ``gxg.draft_tree`` checks one on the host.
 
 How: the ops the batch already has, at fixed shapes and without reading anything back to the

@@ -111,3 +111,51 @@ def test_bad_arguments_are_refused():
     rows = drafts.fill(*good, torch.zeros((2, 3, words), dtype=torch.int32))
     # the unbound slot: everything at its root, zero at the nodes no link reaches
     assert rows[1, 0].eq(-1).all() and rows[1, 1:].eq(0).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_draft_masks_replayed_from_a_graph_equal_the_cpu_rows():
+    """Captured once with fixed buffers, replayed for new trees and new batch states: the
+    rows the CPU batch writes for the same states and trees."""
+    name, ebnf, sentences = next(z for z in GRAMMAR_ZOO if z[0] == "json")
+    info = make_info(synthetic_vocab(sentences))
+    compiled = GrammarCompiler(info).compile_grammar(zoo_grammar(ebnf))
+    words = (info.vocab_size + 31) // 32
+    batches = {d: GrammarBatch(info, device=d, max_batch=SLOTS) for d in ("cpu", "cuda")}
+    for batch in batches.values():
+        for slot in range(SLOTS):
+            batch.bind(slot, compiled)
+    drafts = {d: DraftMasks(b, NODES) for d, b in batches.items()}
+    static = [torch.full((SLOTS, NODES), -1, dtype=torch.int64, device="cuda") for _ in range(2)]
+    static.append(torch.zeros((SLOTS, NODES), dtype=torch.int64, device="cuda"))
+    bitmask = torch.zeros((SLOTS, NODES, words), dtype=torch.int32, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        drafts["cuda"].fill(*static, bitmask)  # warm-up
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        drafts["cuda"].fill(*static, bitmask)
+    walks = spell(info, sentences)
+    for round_ in range(3):
+        pairs = list(grow_trees(compiled, info.vocab_size, walks, seed=f"graph{round_}",
+                                count=SLOTS, size=NODES, width=3))
+        for device, batch in batches.items():
+            batch.reset()
+            longest = max(1, max(len(prefix) for prefix, _ in pairs))
+            rows = torch.zeros((SLOTS, longest), dtype=torch.int64)
+            for slot, (prefix, _) in enumerate(pairs):
+                rows[slot, : len(prefix)] = torch.tensor(prefix, dtype=torch.int64)
+            lengths = torch.tensor([len(prefix) for prefix, _ in pairs])
+            batch.accept_tokens(rows.to(device), lengths.to(device))
+        trees = [pad(tree, NODES) for _, tree in pairs]
+        arrays = [torch.stack([t[k] for t in trees]) for k in range(3)]
+        expected = drafts["cpu"].fill(*arrays, torch.zeros((SLOTS, NODES, words),
+                                                           dtype=torch.int32))
+        for buffer, array in zip(static, arrays):
+            buffer.copy_(array)
+        graph.replay()
+        torch.testing.assert_close(bitmask.cpu(), expected, rtol=0, atol=0)
+
