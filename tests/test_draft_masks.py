@@ -18,7 +18,8 @@ import torch
 
 import gxg
 from draft_trees import grow_trees, spell
-from grammar_zoo import GRAMMAR_ZOO, make_info, synthetic_vocab, zoo_grammar
+from grammar_zoo import GRAMMAR_ZOO, info_or_skip, make_info, synthetic_vocab, zoo_grammar
+from mask_oracles import mask_to_bool
 from gxg.batch import GrammarBatch
 from gxg.draft_masks import DraftMasks, draft_paths
 from gxg.grammar_compiler import GrammarCompiler
@@ -34,6 +35,16 @@ def pad(tree, n):
         extra = torch.full((n - array.shape[0],), fill, dtype=torch.int64)
         out.append(torch.cat([array, extra]))
     return out
+
+
+def accept_prefixes(batch, prefixes, device):
+    """Slot b takes ``prefixes[b]`` (one accept_tokens call); all must be accepted."""
+    longest = max(1, max(len(prefix) for prefix in prefixes))
+    rows = torch.zeros((len(prefixes), longest), dtype=torch.int64)
+    for slot, prefix in enumerate(prefixes):
+        rows[slot, : len(prefix)] = torch.tensor(prefix, dtype=torch.int64)
+    lengths = torch.tensor([len(prefix) for prefix in prefixes])
+    assert batch.accept_tokens(rows.to(device), lengths.to(device)).tolist() == lengths.tolist()
 
 
 def expected_rows(compiled, prefix, tree, words):
@@ -68,12 +79,7 @@ def test_draft_masks_equal_the_host_traversal(name, ebnf, sentences, device):
     batch = GrammarBatch(info, device=device, max_batch=SLOTS)
     for slot, (prefix, _) in enumerate(pairs):
         batch.bind(slot, compiled)
-    longest = max(1, max(len(prefix) for prefix, _ in pairs))
-    rows = torch.zeros((SLOTS, longest), dtype=torch.int64)
-    for slot, (prefix, _) in enumerate(pairs):
-        rows[slot, : len(prefix)] = torch.tensor(prefix, dtype=torch.int64)
-    lengths = torch.tensor([len(prefix) for prefix, _ in pairs])
-    assert batch.accept_tokens(rows.to(device), lengths.to(device)).tolist() == lengths.tolist()
+    accept_prefixes(batch, [prefix for prefix, _ in pairs], device)
     trees = [pad(tree, NODES) for _, tree in pairs]
     arrays = [torch.stack([t[k] for t in trees]).to(device) for k in range(3)]
     before = batch.host_state()
@@ -86,6 +92,52 @@ def test_draft_masks_equal_the_host_traversal(name, ebnf, sentences, device):
         want = expected_rows(compiled, prefix, pad(tree, NODES), words)
         np.testing.assert_array_equal(bitmask[slot].cpu().numpy(), want.numpy(),
                                       err_msg=f"{name} slot {slot}")
+
+
+def test_qwen_trees_equal_the_host_traversal_and_xgrammar():
+    """Builtin JSON with Qwen's vocabulary, trees grown from real documents: the host traversal
+    row for row, and XGrammar 0.2.8's traversal on every row it writes (vocabulary bits)."""
+    info = info_or_skip("qwen")
+    from gxg import vocabularies
+    tokenizer = vocabularies.qwen_tokenizer()
+    compiled = GrammarCompiler(info).compile_builtin_json_grammar()
+    documents = ['{"name": "gxg", "tags": ["gpu", "grammar"], "score": -1.5e-3, "ok": true}',
+                 '[{"é": "中文 😀\\n"}, [], {}, 0, 12.0, null]']
+    walks = [tokenizer.encode(d, add_special_tokens=False) for d in documents]
+    words = (info.vocab_size + 31) // 32
+    pairs = list(grow_trees(compiled, info.vocab_size, walks, seed=5, count=SLOTS, size=NODES))
+    batch = GrammarBatch(info, device="cpu", max_batch=SLOTS)
+    for slot in range(SLOTS):
+        batch.bind(slot, compiled)
+    accept_prefixes(batch, [prefix for prefix, _ in pairs], "cpu")
+    trees = [pad(tree, NODES) for _, tree in pairs]
+    arrays = [torch.stack([t[k] for t in trees]) for k in range(3)]
+    rows = DraftMasks(batch, NODES).fill(*arrays, torch.zeros((SLOTS, NODES, words),
+                                                              dtype=torch.int32))
+    try:
+        import xgrammar as xgr
+    except ImportError:
+        xgr = None
+    if xgr is not None:
+        xinfo = xgr.TokenizerInfo.from_huggingface(tokenizer)
+        xcompiled = xgr.GrammarCompiler(xinfo, cache_enabled=False).compile_builtin_json_grammar()
+    for slot, (prefix, tree) in enumerate(pairs):
+        want = expected_rows(compiled, prefix, pad(tree, NODES), words)
+        np.testing.assert_array_equal(rows[slot].numpy(), want.numpy(), err_msg=f"slot {slot}")
+        if xgr is None:
+            continue
+        theirs = xgr.GrammarMatcher(xcompiled)
+        assert all(theirs.accept_token(t) for t in prefix)
+        their_rows = torch.full((NODES, rows.shape[2]), 7, dtype=torch.int32)
+        assert theirs.traverse_draft_tree(*pad(tree, NODES), their_rows)
+        for node in range(NODES):
+            if (their_rows[node] == 7).all():
+                continue  # a row XGrammar leaves alone
+            np.testing.assert_array_equal(mask_to_bool(rows[slot, node].numpy(), info.vocab_size),
+                                          mask_to_bool(their_rows[node].numpy(), info.vocab_size),
+                                          err_msg=f"slot {slot} node {node}")
+    if xgr is None:
+        pytest.skip("xgrammar is not installed: compared with the host traversal only")
 
 
 def test_bad_arguments_are_refused():
@@ -144,12 +196,7 @@ def test_cuda_draft_masks_replayed_from_a_graph_equal_the_cpu_rows():
                                 count=SLOTS, size=NODES, width=3))
         for device, batch in batches.items():
             batch.reset()
-            longest = max(1, max(len(prefix) for prefix, _ in pairs))
-            rows = torch.zeros((SLOTS, longest), dtype=torch.int64)
-            for slot, (prefix, _) in enumerate(pairs):
-                rows[slot, : len(prefix)] = torch.tensor(prefix, dtype=torch.int64)
-            lengths = torch.tensor([len(prefix) for prefix, _ in pairs])
-            batch.accept_tokens(rows.to(device), lengths.to(device))
+            accept_prefixes(batch, [prefix for prefix, _ in pairs], device)
         trees = [pad(tree, NODES) for _, tree in pairs]
         arrays = [torch.stack([t[k] for t in trees]) for k in range(3)]
         expected = drafts["cpu"].fill(*arrays, torch.zeros((SLOTS, NODES, words),
