@@ -7,6 +7,8 @@
   (``true_path``), sometimes a random id (a rejected draft);
 * ``grow_trees(compiled, vocab_size, walks, seed)``: (prefix, tree) pairs, a tree grown from a
   random prefix of a real token walk (``spell(info, sentences)``: sentences as token ids);
+* ``qwen_json_walks()``: the builtin JSON grammar and two documents' token walks, Qwen's
+  vocabulary;
 * ``sequential_masks(matcher, tree, vocab_size)``: what ``traverse_draft_tree`` must write, by
   brute force: for every node, a fresh fork accepts the path's tokens one by one and fills;
   ``None`` where the traversal must leave the row alone (below a rejected node).
@@ -128,3 +130,18 @@ def spell(info, sentences):
             i = j
         walks.append(out)
     return walks
+
+
+def qwen_json_walks():
+    """(info, tokenizer, the builtin JSON grammar compiled, token walks of two JSON documents)
+    with Qwen's vocabulary (the test is skipped without it)."""
+    from grammar_zoo import info_or_skip
+    from gxg import vocabularies
+    from gxg.grammar_compiler import GrammarCompiler
+    info = info_or_skip("qwen")
+    tokenizer = vocabularies.qwen_tokenizer()
+    compiled = GrammarCompiler(info).compile_builtin_json_grammar()
+    documents = ['{"name": "gxg", "tags": ["gpu", "grammar"], "score": -1.5e-3, "ok": true}',
+                 '[{"é": "中文 😀\\n"}, [], {}, 0, 12.0, null]']
+    return info, tokenizer, compiled, [tokenizer.encode(d, add_special_tokens=False)
+                                       for d in documents]

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import gxg
-from draft_trees import grow_trees, spell
-from grammar_zoo import GRAMMAR_ZOO, info_or_skip, make_info, synthetic_vocab, zoo_grammar
+from draft_trees import grow_trees, qwen_json_walks, spell
+from grammar_zoo import GRAMMAR_ZOO, make_info, synthetic_vocab, zoo_grammar
 from mask_oracles import mask_to_bool
 from gxg.batch import GrammarBatch
 from gxg.draft_masks import DraftMasks, draft_paths
@@ -97,13 +97,7 @@ def test_draft_masks_equal_the_host_traversal(name, ebnf, sentences, device):
 def test_qwen_trees_equal_the_host_traversal_and_xgrammar():
     """Builtin JSON with Qwen's vocabulary, trees grown from real documents: the host traversal
     row for row, and XGrammar 0.2.8's traversal on every row it writes (vocabulary bits)."""
-    info = info_or_skip("qwen")
-    from gxg import vocabularies
-    tokenizer = vocabularies.qwen_tokenizer()
-    compiled = GrammarCompiler(info).compile_builtin_json_grammar()
-    documents = ['{"name": "gxg", "tags": ["gpu", "grammar"], "score": -1.5e-3, "ok": true}',
-                 '[{"é": "中文 😀\\n"}, [], {}, 0, 12.0, null]']
-    walks = [tokenizer.encode(d, add_special_tokens=False) for d in documents]
+    info, tokenizer, compiled, walks = qwen_json_walks()
     words = (info.vocab_size + 31) // 32
     pairs = list(grow_trees(compiled, info.vocab_size, walks, seed=5, count=SLOTS, size=NODES))
     batch = GrammarBatch(info, device="cpu", max_batch=SLOTS)

@@ -12,8 +12,8 @@ import torch
 import gxg
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.tokenizer import TokenizerInfo, VocabType
-from draft_trees import grow_trees, sequential_masks, spell
-from grammar_zoo import GRAMMAR_ZOO, info_or_skip, make_info, synthetic_vocab, zoo_grammar
+from draft_trees import grow_trees, qwen_json_walks, sequential_masks, spell
+from grammar_zoo import GRAMMAR_ZOO, make_info, synthetic_vocab, zoo_grammar
 from mask_oracles import mask_to_bool
 
 T = lambda *values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
@@ -158,13 +158,7 @@ def test_random_trees_on_the_zoo_equal_the_sequential_oracle(name, ebnf, sentenc
 def test_random_trees_on_qwen_equal_the_oracle_and_xgrammar():
     """Trees grown from JSON documents with Qwen's vocabulary: the sequential oracle, and
     XGrammar 0.2.8's traverse_draft_tree from the same state, bit for bit (vocabulary bits)."""
-    info = info_or_skip("qwen")
-    from gxg import vocabularies
-    tokenizer = vocabularies.qwen_tokenizer()
-    compiled = GrammarCompiler(info).compile_builtin_json_grammar()
-    documents = ['{"name": "gxg", "tags": ["gpu", "grammar"], "score": -1.5e-3, "ok": true}',
-                 '[{"é": "中文 😀\\n"}, [], {}, 0, 12.0, null]']
-    walks = [tokenizer.encode(d, add_special_tokens=False) for d in documents]
+    info, tokenizer, compiled, walks = qwen_json_walks()
     xgr = None
     try:
         import xgrammar as xgr
