@@ -101,9 +101,27 @@ class HostVocabulary:
     lengths_by_id: np.ndarray
 
 
+# A cache, per TokenizerInfo (weakly held) and stop-token tuple: every grammar compiled for a
+# tokenizer shares its HostVocabulary instead of copying the vocabulary (~0.5 ms for Qwen's
+# 151,851 ids) for each new grammar's tables.
+_VOCABULARIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_VOCABULARIES_LOCK = threading.Lock()
+
+
 def tokenizer_vocabulary(tokenizer_info, stop_token_ids) -> HostVocabulary:
     """The ``HostVocabulary`` of a ``TokenizerInfo`` with these stop tokens (they may differ
-    from the tokenizer's: a stop token is never special)."""
+    from the tokenizer's: a stop token is never special); built once per pair (the arrays are
+    read-only)."""
+    key = tuple(int(t) for t in stop_token_ids)
+    with _VOCABULARIES_LOCK:
+        per_stops = _VOCABULARIES.setdefault(tokenizer_info, {})
+        vocabulary = per_stops.get(key)
+        if vocabulary is None:
+            vocabulary = per_stops[key] = _host_vocabulary(tokenizer_info, key)
+    return vocabulary
+
+
+def _host_vocabulary(tokenizer_info, stop_token_ids) -> HostVocabulary:
     info = tokenizer_info
     is_stop = np.zeros(info.vocab_size, dtype=bool)
     is_stop[np.asarray(list(stop_token_ids), dtype=np.int64)] = True
