@@ -327,6 +327,10 @@ class _ClassFragment:
     edges: Tuple[Tuple[int, int, int, int], ...]
 
 
+# A cache across grammars (fragments are immutable): the same classes — a JSON string's
+# characters, digits — recur in every schema, and building their UTF-8 automaton is most of a
+# small grammar's NFA time.
+@functools.lru_cache(maxsize=4096)
 def _class_fragment(ranges: Tuple[Tuple[int, int], ...]) -> _ClassFragment:
     suffix_state: Dict[ByteRangeSequence, int] = {}
     edges: List[Tuple[int, int, int, int]] = []
