@@ -133,7 +133,8 @@ def _host_vocabulary(tokenizer_info, stop_token_ids) -> HostVocabulary:
 
 
 class HostTables:
-    """One compiled grammar's tables, as Python lists where the byte loop reads them.
+    """One compiled grammar's tables, as Python lists where the byte loop reads them
+    (``lists``: the automaton's ``AutomatonLists``).
 
     ``automaton``: an ``Automaton`` or an object with the fields ``StackWalker`` reads;
     ``layout``: what the fill reads per node (``rows(nodes)``, ``uncertain(node)``): a
@@ -146,18 +147,7 @@ class HostTables:
         a = automaton
         self.automaton = automaton
         self.layout = layout
-        lists = a.lists  # shared with the automaton's walkers
-        self.next_node = lists.next_node
-        self.byte_class = lists.byte_class
-        self.is_final = lists.is_final
-        self.is_scannable = lists.is_scannable
-        self.is_pure_return = lists.is_pure_return
-        self.rule_start = lists.rule_start
-        self.refs = lists.refs
-        # a plain node: it scans, is not final and references no rule, so a stack whose top
-        # it is closes to itself alone (accept's fast path, ``_plain_step``)
-        self.is_plain = [bool(self.is_scannable[n] and not self.is_final[n] and not self.refs[n])
-                         for n in range(a.num_nodes)]
+        self.lists = a.lists  # the byte loop's tables, shared with the automaton's walkers
         self.root_start = int(a.rule_start[a.root_rule])
         v = vocabulary
         self.vocabulary = v
@@ -311,7 +301,7 @@ def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int,
     """Close seed stacks ``(node, parent, entry or -1)``; returns (tops, can_end). Records in
     ``indexed`` the index slot of every entry it puts in the pool index (the kernel's
     ``frame_slot`` scratch), for the window compaction."""
-    limits = state.limits
+    limits, lists = state.limits, t.lists
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
     created = {}
     seen = set()
@@ -347,15 +337,15 @@ def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int,
         seen.add((node, parent))
         if len(seen) > limits.max_closure:
             raise StepFailed(ErrorCode.CLOSURE_TOO_LARGE)
-        if t.is_scannable[node]:
+        if lists.is_scannable[node]:
             if len(tops) >= limits.max_stacks:
                 raise StepFailed(ErrorCode.TOO_MANY_STACKS)
             tops.append(entry if entry >= 0 else entry_for(node, parent, False))
         pushes = []
-        for rule, ret in t.refs[node]:
-            frame = parent if t.is_pure_return[ret] else entry_for(ret, parent, True)
-            pushes.append((t.rule_start[rule], frame, -1))
-        if t.is_final[node]:
+        for rule, ret in lists.refs[node]:
+            frame = parent if lists.is_pure_return[ret] else entry_for(ret, parent, True)
+            pushes.append((lists.rule_start[rule], frame, -1))
+        if lists.is_final[node]:
             if parent < 0:
                 can_end = True
             else:
@@ -368,13 +358,14 @@ def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int,
 
 def _plain_step(state: RuntimeState, slot: int, t: HostTables, entry: int, byte: int,
                 base: int, indexed: Dict[int, int]) -> Optional[int]:
-    """One byte from a single top into a plain node (``HostTables.is_plain``): the closure is
+    """One byte from a single top into a plain node (``AutomatonLists.is_plain``): the closure is
     that stack alone, so the new top is (target, the top's parent), made without the work
     list; it overwrites the top's own entry when that is the step's last entry and not indexed
     (nothing refers to it: window compaction would drop it), else it is appended, as the
     closure would. Returns the new top, or None when the byte is not such a step."""
-    target = t.next_node[int(state.pool_node[slot, entry])][t.byte_class[byte]]
-    if target < 0 or not t.is_plain[target]:
+    lists = t.lists
+    target = lists.next_node[int(state.pool_node[slot, entry])][lists.byte_class[byte]]
+    if target < 0 or not lists.is_plain[target]:
         return None
     size = int(state.pool_size[slot])
     if entry == size - 1 and entry >= base and entry not in indexed:
@@ -390,10 +381,11 @@ def _plain_step(state: RuntimeState, slot: int, t: HostTables, entry: int, byte:
 
 def _advance(state, slot, t: HostTables, tops: List[int], byte: int, indexed: Dict[int, int]):
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
-    cls = t.byte_class[byte]
+    lists = t.lists
+    cls = lists.byte_class[byte]
     seeds = []
     for entry in tops:
-        target = t.next_node[pool_node[entry]][cls]
+        target = lists.next_node[pool_node[entry]][cls]
         if target >= 0:
             seeds.append((target, int(pool_parent[entry]), -1))
     if not seeds:

@@ -115,6 +115,9 @@ class AutomatonLists:
     rule_lookahead: list
     refs: list           # [N] tuple of (rule, return node)
     callers: dict
+    # [N] a plain node scans, is not final and references no rule: a stack whose top it is
+    # closes to itself alone (the accept's fast path, ops/reference.py _plain_step)
+    is_plain: list
 
     @staticmethod
     def of(a: "Automaton") -> "AutomatonLists":
@@ -124,14 +127,17 @@ class AutomatonLists:
         callers: Dict[int, set] = {}
         for rule, ret in pairs:
             callers.setdefault(rule, set()).add(ret)
+        is_final, is_scannable = a.is_final.tolist(), a.is_scannable.tolist()
         return AutomatonLists(
             next_node=a.next_node.tolist(), byte_class=a.byte_class.tolist(),
-            is_final=a.is_final.tolist(), is_scannable=a.is_scannable.tolist(),
+            is_final=is_final, is_scannable=is_scannable,
             is_pure_return=a.is_pure_return.tolist(), node_rule=a.node_rule.tolist(),
             rule_start=a.rule_start.tolist(),
             rule_lookahead=(a.rule_lookahead.tolist() if hasattr(a, "rule_lookahead")
                             else [-1] * len(a.rule_start)),  # an arena's copy keeps none
-            refs=refs, callers={rule: sorted(rets) for rule, rets in callers.items()})
+            refs=refs, callers={rule: sorted(rets) for rule, rets in callers.items()},
+            is_plain=[scans and not final and not node_refs
+                      for scans, final, node_refs in zip(is_scannable, is_final, refs)])
 
 
 @dataclass(frozen=True, eq=False)
