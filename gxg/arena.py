@@ -184,11 +184,20 @@ class _Registration:
     nbytes: int
 
 
+def canonical_device(device) -> torch.device:
+    """``device`` as the tensors on it report theirs: "cuda" becomes "cuda:<current index>",
+    so that ``tensor.device == batch.device`` holds for tensors made with either spelling."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class DeviceArena:
     def __init__(self, tokenizer_info: TokenizerInfo, device="cuda",
                  capacity: ArenaCapacity = ArenaCapacity()):
         self.tokenizer_info = tokenizer_info
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         self.capacity = capacity
         self.vocab_size = tokenizer_info.vocab_size
         self.words = layout.bitmask_words(self.vocab_size)

@@ -36,7 +36,7 @@ import torch
 
 from gxg import blobs, layout
 from gxg.ops import xg_ops  # registers torch.ops.xg
-from gxg.arena import ArenaCapacity, DeviceArena
+from gxg.arena import ArenaCapacity, DeviceArena, canonical_device
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.runtime import RuntimeLimits, RuntimeState
 from gxg.tokenizer import TokenizerInfo
@@ -52,7 +52,7 @@ class GrammarBatch:
                  limits: RuntimeLimits = RuntimeLimits(),
                  capacity: ArenaCapacity = ArenaCapacity(), *, eager_graphs: bool = True,
                  arena: Optional[DeviceArena] = None):
-        self.device = torch.device(device)
+        self.device = canonical_device(device)
         # Eager fill and accept on CUDA replay cached CUDA graphs of themselves (``_replay``):
         # one host call instead of a launch per kernel. A cache, and it says so.
         self.eager_graphs = eager_graphs
