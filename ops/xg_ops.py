@@ -15,6 +15,8 @@ Out: the ops below, each with fixed shapes, no host synchronisation and no alloc
   xg::accept_token(runtime!, arena, token_ids) -> bool [B]
   xg::accept_tokens(runtime!, arena, token_ids [B, T], lengths [B]) -> int32 [B]
                                                        accepted prefix of each row
+  xg::draft_paths(next_token, next_sibling, tokens) -> (paths, depth, reached)
+                                                       draft-tree paths ([B, N] arrays)
   xg::rollback(runtime!, num_tokens) -> bool [B]       False: history too short
   xg::fill_next_token_bitmask(runtime!, arena, bitmask!, remaining?)
   xg::apply_token_bitmask_inplace(logits!, bitmask, indices?)
@@ -45,6 +47,7 @@ from gxg import blobs, layout
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
 from gxg.ops import arena_tables, reference
 from gxg.ops.apply_bitmask import apply_arguments, apply_token_bitmask_inplace_cpu
+from gxg.ops.draft_paths import draft_paths_reference
 
 try:  # the nvtx package when present, else torch's binding
     import nvtx as _nvtx
@@ -199,6 +202,44 @@ def _accept_tokens_cuda(runtime, arena, token_ids, lengths):
 @accept_tokens.register_fake
 def _(runtime, arena, token_ids, lengths):
     return token_ids.new_empty(token_ids.shape[0], dtype=torch.int32)
+
+
+# ----------------------------------------------------------------------------- draft paths
+
+
+def _check_draft_arrays(next_token, next_sibling, tokens) -> None:
+    for name, value in (("next_token", next_token), ("next_sibling", next_sibling),
+                        ("tokens", tokens)):
+        if value.dim() != 2 or value.dtype != torch.int64 or value.shape != tokens.shape \
+                or value.device != tokens.device:
+            raise ValueError(f"{name} must be int64 [B, N] like tokens ({tuple(tokens.shape)} "
+                             f"on {tokens.device}), got {value.dtype} {tuple(value.shape)} on "
+                             f"{value.device}")
+
+
+@torch.library.custom_op("xg::draft_paths", mutates_args=())
+def draft_paths(next_token: torch.Tensor, next_sibling: torch.Tensor, tokens: torch.Tensor
+                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row of XGrammar's draft-tree arrays (int64 [B, N]): every node's tokens from the root
+    (int64 [B, N, N], left-aligned), its depth (int64 [B, N]) and whether the root reaches it
+    (bool [B, N]); ``ops/draft_paths.py`` documents the semantics."""
+    _check_draft_arrays(next_token, next_sibling, tokens)
+    return draft_paths_reference(next_token, next_sibling, tokens)
+
+
+@draft_paths.register_kernel("cuda")
+def _draft_paths_cuda(next_token, next_sibling, tokens):
+    from gxg.ops.draft_paths_triton import draft_paths_triton
+    _check_draft_arrays(next_token, next_sibling, tokens)
+    with _range("xg::draft_paths"):
+        return draft_paths_triton(next_token, next_sibling, tokens)
+
+
+@draft_paths.register_fake
+def _(next_token, next_sibling, tokens):
+    b, n = tokens.shape
+    return (tokens.new_empty((b, n, n)), tokens.new_empty((b, n)),
+            tokens.new_empty((b, n), dtype=torch.bool))
 
 
 # ----------------------------------------------------------------------------- rollback

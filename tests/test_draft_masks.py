@@ -21,7 +21,7 @@ from draft_trees import grow_trees, qwen_json_walks, spell
 from grammar_zoo import GRAMMAR_ZOO, make_info, synthetic_vocab, zoo_grammar
 from mask_oracles import mask_to_bool
 from gxg.batch import GrammarBatch
-from gxg.draft_masks import DraftMasks, draft_paths
+from gxg.draft_masks import DraftMasks
 from gxg.grammar_compiler import GrammarCompiler
 
 NODES = 12
@@ -55,17 +55,6 @@ def expected_rows(compiled, prefix, tree, words):
     return rows
 
 
-def test_paths_of_a_small_tree():
-    """root -> 1 (t=5) -> 3 (t=7); root -> 2 (t=6, 1's sibling); node 4 unreached."""
-    first = torch.tensor([[1, 3, -1, -1, -1]])
-    sibling = torch.tensor([[-1, 2, -1, -1, -1]])
-    tokens = torch.tensor([[9, 5, 6, 7, 8]])
-    paths, depth, reached = draft_paths(first, sibling, tokens)
-    assert depth.tolist() == [[0, 1, 1, 2, 0]]
-    assert reached.tolist() == [[True, True, True, True, False]]
-    assert paths[0, 3, :2].tolist() == [5, 7] and paths[0, 2, :1].tolist() == [6]
-
-
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])])
@@ -94,20 +83,24 @@ def test_draft_masks_equal_the_host_traversal(name, ebnf, sentences, device):
                                       err_msg=f"{name} slot {slot}")
 
 
-def test_qwen_trees_equal_the_host_traversal_and_xgrammar():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])])
+def test_qwen_trees_equal_the_host_traversal_and_xgrammar(device):
     """Builtin JSON with Qwen's vocabulary, trees grown from real documents: the host traversal
     row for row, and XGrammar 0.2.8's traversal on every row it writes (vocabulary bits)."""
     info, tokenizer, compiled, walks = qwen_json_walks()
     words = (info.vocab_size + 31) // 32
     pairs = list(grow_trees(compiled, info.vocab_size, walks, seed=5, count=SLOTS, size=NODES))
-    batch = GrammarBatch(info, device="cpu", max_batch=SLOTS)
+    batch = GrammarBatch(info, device=device, max_batch=SLOTS)
     for slot in range(SLOTS):
         batch.bind(slot, compiled)
-    accept_prefixes(batch, [prefix for prefix, _ in pairs], "cpu")
+    accept_prefixes(batch, [prefix for prefix, _ in pairs], device)
     trees = [pad(tree, NODES) for _, tree in pairs]
-    arrays = [torch.stack([t[k] for t in trees]) for k in range(3)]
+    arrays = [torch.stack([t[k] for t in trees]).to(device) for k in range(3)]
     rows = DraftMasks(batch, NODES).fill(*arrays, torch.zeros((SLOTS, NODES, words),
-                                                              dtype=torch.int32))
+                                                              dtype=torch.int32, device=device))
+    rows = rows.cpu()
     try:
         import xgrammar as xgr
     except ImportError:

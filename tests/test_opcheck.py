@@ -25,11 +25,13 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
-OPS = ["reset", "accept_token", "accept_tokens", "rollback", "fill_next_token_bitmask",
+OPS = ["reset", "accept_token", "accept_tokens", "draft_paths", "rollback",
+       "fill_next_token_bitmask",
        "apply_token_bitmask_inplace", "fill_and_apply", "fill_and_sample"]
 
 # (op, variant): the calls checked; a variant names the optional arguments passed
-CALLS = [("reset", ""), ("accept_token", ""), ("accept_tokens", ""), ("rollback", ""),
+CALLS = [("reset", ""), ("accept_token", ""), ("accept_tokens", ""), ("draft_paths", ""),
+         ("rollback", ""),
          ("fill_next_token_bitmask", ""), ("fill_next_token_bitmask", "budget"),
          ("apply_token_bitmask_inplace", ""), ("apply_token_bitmask_inplace", "indices"),
          ("fill_and_apply", ""), ("fill_and_apply", "budget"),
@@ -85,6 +87,11 @@ def op_arguments(batch: GrammarBatch, info, op: str, variant: str) -> tuple:
         rows = [[ids[0], ids[1], ids[1]], [ids[2], ids[2], ids[0]], [ids[1], ids[1], ids[1]]]
         return (*state, torch.tensor(rows, device=device),
                 torch.tensor([3, 2, 5], device=device))
+    if op == "draft_paths":  # three rows: a chain, a tree with a sibling, a lone root
+        i64 = dict(dtype=torch.int64, device=device)
+        return (torch.tensor([[1, 2, -1], [1, -1, -1], [-1, -1, -1]], **i64),
+                torch.tensor([[-1, -1, -1], [2, -1, -1], [-1, -1, -1]], **i64),
+                torch.tensor([[0, 5, 6], [0, 7, 8], [0, 9, 9]], **i64))
     if op == "rollback":
         return batch.runtime, torch.tensor([1, 2, 0], device=device)
     if op == "fill_next_token_bitmask":
@@ -124,6 +131,9 @@ BAD_ARGUMENTS = [
     ("accept_tokens", 2, lambda d: torch.zeros(3, dtype=torch.int64, device=d), "token_ids"),
     ("accept_tokens", 3, lambda d: torch.zeros(2, dtype=torch.int64, device=d), "lengths"),
     ("rollback", 1, lambda d: torch.zeros(2, dtype=torch.int64, device=d), "num_tokens"),
+    ("draft_paths", 1, lambda d: torch.zeros((3, 2), dtype=torch.int64, device=d),
+     "next_sibling"),
+    ("draft_paths", 2, lambda d: torch.zeros((3, 3), dtype=torch.int32, device=d), "tokens"),
     ("fill_next_token_bitmask", 2, lambda d: torch.zeros((3, 1), dtype=torch.int32, device=d),
      "bitmask"),
     ("fill_next_token_bitmask", 2,
