@@ -20,6 +20,14 @@ The dialect (see reference/xgrammar_semantics.md §2):
   ``\\^ \\$ \\. \\* \\+ \\? \\( \\) \\[ \\] \\{ \\} \\| \\/ \\-``.
 * ``*  +  ?  {m}  {m,}  {m,n}  {m,-1}`` (one quantifier per element), ``( ... )``, ``()``, ``|``,
   and one lookahead assertion ``(= expr)`` at the end of a rule.
+* The macros ``Regex("pattern", json_string=..., flags="...")``, ``Substring("chunk", ...)`` and
+  ``TagDispatch(("tag", rule), ..., loop_after_dispatch=..., excludes=(...))`` (XGrammar's
+  syntax: ``Name(value, ..., key=value, ...)``, values being strings, integers, ``true`` /
+  ``false``, rule names and tuples ``(v, ...)``). This module only reads the call; what the
+  arguments mean, and the IR a call becomes (inline, plus helper rules named after the
+  calling rule, e.g. ``root_tag_dispatch_1``, placed after the user's rules and never taking a
+  name the text uses), is ``gxg.grammar.macros``'s business. Macros
+  are not allowed inside a lookahead (as in XGrammar).
 
 Deliberate differences from XGrammar 0.2.8:
 
@@ -29,10 +37,18 @@ Deliberate differences from XGrammar 0.2.8:
   range ends (a class is a set of code points; surrogates simply never match), so that every
   IR class can be printed and parsed back.
 * Choices are allowed inside a lookahead (XGrammar: "not supported yet").
-* Rule attributes (``name [max_tokens=5] ::=``) and macros (``Regex(...)`` etc.) are rejected
-  as unsupported. A macro is only recognised when its name is immediately followed by ``(``;
-  otherwise the name is an ordinary rule name (XGrammar reserves the six macro names, so
-  ``Token ::= "t"`` is an error there and ``Regex ("a")`` is a macro call).
+* Rule attributes (``name [max_tokens=5] ::=``) and the token-id macros ``Token(...)``,
+  ``ExcludeToken(...)`` and ``TokenTagDispatch(...)`` are rejected as unsupported ("the macro
+  Token(...) is not supported by gxg"). A macro is only recognised when its name is
+  immediately followed by ``(``; otherwise the name is an ordinary rule name (XGrammar reserves
+  the six macro names, so ``Token ::= "t"`` is an error there and ``Regex ("a")`` is a macro
+  call).
+* Macros (details in ``gxg.grammar.macros``): a keyword argument given twice is an error
+  (XGrammar keeps the last); ``Regex(..., flags="i")`` is unsupported; an invalid regex is an
+  error when the grammar is parsed (XGrammar: when it is compiled), and so is a ``Regex`` that
+  ``json_string=true`` leaves with no string; ``TagDispatch``'s free text is any string of code
+  points (XGrammar's: any bytes, UTF-8 or not); ``Regex`` patterns are read by
+  ``gxg.grammar.regex``, with that module's documented differences.
 * Repetition bounds above ``MAX_REPEAT_BOUND`` are errors (XGrammar wraps them silently), and
   so are expressions nested deeper than ``MAX_EXPRESSION_DEPTH``.
 * Errors point at the offending token: an unterminated string or class at its opening
@@ -57,6 +73,14 @@ from gxg.grammar.ir import (
     Rule,
     RuleRef,
     Sequence,
+)
+from gxg.grammar.macros import (
+    SUPPORTED_MACROS,
+    MacroCall,
+    MacroError,
+    MacroKeyword,
+    MacroValue,
+    expand_macro,
 )
 
 __all__ = ["parse_ebnf", "MAX_EXPRESSION_DEPTH", "MAX_REPEAT_BOUND", "MACRO_NAMES", "RULE_NAME"]
@@ -120,9 +144,10 @@ def _describe_char(char: str) -> str:
 
 class _Token(NamedTuple):
     kind: str            # name assign string class lparen lookahead rparen bar quantifier
-                         # eof error
+                         # macro eof error
     value: object        # name: str; string: str; class: CharClass; quantifier: (min, max,
-                         # text); error: the GrammarError to raise when the parser gets here
+                         # text); macro: MacroCall; error: the GrammarError to raise when the
+                         # parser gets here
     offset: int          # where the token starts in the text
     starts_line: bool    # no other token precedes it on its line
 
@@ -178,7 +203,10 @@ def _tokenize_into(source: _Source, tokens: List[_Token]) -> None:
             value = match.group()
             pos = match.end()
             if value in MACRO_NAMES and text.startswith("(", pos):
-                raise source.error(start, f"the macro {value}(...) is not supported by gxg")
+                if value not in SUPPORTED_MACROS:
+                    raise source.error(start, f"the macro {value}(...) is not supported by gxg")
+                kind = "macro"
+                value, pos = _read_macro_call(source, value, start, pos)
         elif kind == "string" and not _has_surrogate(match.group()):
             value = match.group()[1:-1]
             pos = match.end()
@@ -389,6 +417,85 @@ def _skip_space(text: str, pos: int) -> int:
     return _SPACE_AND_COMMENTS.match(text, pos).end()
 
 
+# ----------------------------------------------------------------------------- macro calls
+
+_MACRO_INTEGER = re.compile(r"-?[0-9]+(?![A-Za-z0-9_.\-])")
+_MACRO_BOOLEANS = {"true": True, "false": False}
+
+
+def _read_macro_call(source: _Source, name: str, name_offset: int,
+                     pos: int) -> Tuple[MacroCall, int]:
+    """``Name(arg, ..., key=value, ...)`` whose '(' is at ``pos`` -> (MacroCall, offset after
+    its ')'). Only the syntax is read here; gxg.grammar.macros checks what the arguments mean.
+    Spaces, newlines and comments may separate the parts."""
+    text = source.text
+    arguments: List[MacroValue] = []
+    keywords: List[MacroKeyword] = []
+    i = _skip_space(text, pos + 1)
+    if text.startswith(")", i):
+        return MacroCall(name, (), (), name_offset, pos), i + 1
+    while True:
+        key = RULE_NAME.match(text, i)
+        after_key = _skip_space(text, key.end()) if key is not None else i
+        if key is not None and text.startswith("=", after_key) and key.group() not in \
+                _MACRO_BOOLEANS:
+            value, i = _read_macro_value(source, _skip_space(text, after_key + 1), 0)
+            keywords.append(MacroKeyword(key.group(), value, key.start()))
+        else:
+            value, i = _read_macro_value(source, i, 0)
+            arguments.append(value)
+        i = _skip_space(text, i)
+        if text.startswith(",", i):
+            i = _skip_space(text, i + 1)
+            continue
+        if text.startswith(")", i):
+            return MacroCall(name, tuple(arguments), tuple(keywords), name_offset, pos), i + 1
+        if i >= len(text):
+            raise source.error(pos, f"the macro call {name}( is never closed: missing ')'")
+        raise source.error(i, f"expected ',' or ')' after an argument of {name}(...)")
+
+
+def _read_macro_value(source: _Source, pos: int, depth: int) -> Tuple[MacroValue, int]:
+    """One argument value at ``pos`` (a string, integer, true/false, rule name or tuple)."""
+    text = source.text
+    if pos >= len(text):
+        raise source.error(pos, "expected a macro argument, but the grammar ends here")
+    char = text[pos]
+    if char == '"':
+        value, end = _read_string(source, pos)
+        return MacroValue("string", value, pos, text[pos + 1:end - 1] == value), end
+    integer = _MACRO_INTEGER.match(text, pos)
+    if integer is not None:
+        return MacroValue("integer", int(integer.group()[:30]), pos), integer.end()
+    name = RULE_NAME.match(text, pos)
+    if name is not None:
+        word = name.group()
+        if word in _MACRO_BOOLEANS:
+            return MacroValue("boolean", _MACRO_BOOLEANS[word], pos), name.end()
+        return MacroValue("name", word, pos), name.end()
+    if char == "(":
+        if depth >= MAX_EXPRESSION_DEPTH:
+            raise source.error(pos, f"the macro argument is nested too deeply (more than "
+                                    f"{MAX_EXPRESSION_DEPTH} levels of tuples)")
+        items: List[MacroValue] = []
+        i = _skip_space(text, pos + 1)
+        while not text.startswith(")", i):
+            item, i = _read_macro_value(source, i, depth + 1)
+            items.append(item)
+            i = _skip_space(text, i)
+            if text.startswith(",", i):
+                i = _skip_space(text, i + 1)          # a trailing comma is allowed
+            elif not text.startswith(")", i):
+                if i >= len(text):
+                    raise source.error(pos, "the tuple is never closed: missing ')'")
+                raise source.error(i, "expected ',' or ')' in the tuple")
+        return MacroValue("tuple", tuple(items), pos), i + 1
+    if char == "'":
+        raise source.error(pos, "single-quoted strings are not supported; use double quotes")
+    raise source.error(pos, f"expected a macro argument (a string, integer, true, false, rule "
+                            f"name or tuple), got {_describe_char(char)}")
+
+
 # ----------------------------------------------------------------------------- expression builders
 # They produce expressions already in the IR's normal form (given normal-form parts), so that the
 # normalisation in Rule finds nothing to merge: merging literals there one pair at a time would
@@ -510,6 +617,10 @@ class _Parser:
         self.tokens = _tokenize(source)
         self.index = 0
         self.references: Dict[str, int] = {}     # rule name -> offset of its first reference
+        self.helper_rules: List[Rule] = []       # what macros expand to, in order
+        self.rule_name = ""                      # the rule being parsed (names helper rules)
+        # Helper rules must not take a name the text uses anywhere.
+        self.taken_names = {token.value for token in self.tokens if token.kind == "name"}
 
     def at_end(self) -> bool:
         return self.tokens[self.index].kind == "eof"
@@ -549,8 +660,34 @@ class _Parser:
         if not head.starts_line:
             raise source.error(head.offset, f"the rule name {head.value!r} must be the first "
                                             "token on its line")
+        self.rule_name = head.value
         body, lookahead = self.parse_body(after.offset)
         return head.value, head.offset, body, lookahead
+
+    def new_rule_name(self, hint: str) -> str:
+        """A fresh name for a macro's helper rule: ``<rule>_<hint>``, numbered if taken."""
+        base = f"{self.rule_name}_{hint}"
+        name, number = base, 1
+        while name in self.taken_names:
+            number += 1
+            name = f"{base}_{number}"
+        self.taken_names.add(name)
+        return name
+
+    def expand(self, token: _Token, stack: List[_Group]) -> Tuple[Expr, int]:
+        """The expression (and its depth) that the macro call ``token`` stands for."""
+        call: MacroCall = token.value
+        if any(group.kind == "lookahead" for group in stack):
+            raise self.source.error(token.offset, f"the macro {call.name}(...) cannot be used "
+                                                  "in a lookahead assertion")
+        try:
+            expansion = expand_macro(call, self.new_rule_name)
+        except MacroError as error:
+            raise self.source.error(error.offset, error.message) from None
+        for name, offset in expansion.references:
+            self.references.setdefault(name, offset)
+        self.helper_rules.extend(expansion.rules)
+        return expansion.expr, expansion.depth
 
     def parse_body(self, assign_offset: int) -> Tuple[Expr, Optional[Expr]]:
         """The expression after ``::=`` up to the next rule or the end, and its lookahead."""
@@ -580,6 +717,8 @@ class _Parser:
                 group.add(Literal(token.value.encode("utf-8")))
             elif kind == "class":
                 group.add(token.value)
+            elif kind == "macro":
+                group.add(*self.expand(token, stack))
             elif kind == "quantifier":
                 _apply_quantifier(group, token, source)
             elif kind == "bar":
@@ -687,7 +826,7 @@ def parse_ebnf(text: str, *, root_rule_name: str = "root") -> Grammar:
         raise GrammarError(f"the root rule {root_rule_name!r} is not defined", 1, 1)
     try:
         rules = tuple(Rule(name, body, lookahead) for name, body, lookahead in definitions)
-        return Grammar(rules, root_rule_name)
+        return Grammar(rules + tuple(parser.helper_rules), root_rule_name)
     except RecursionError:
         # Only reachable when the caller is already deep in its own stack.
         raise GrammarError("the grammar's expressions are nested too deeply", 1, 1) from None
