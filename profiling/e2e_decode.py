@@ -72,6 +72,8 @@ graphs (slower: launch-bound) so that an Nsight Systems trace shows the parts:
 
 Usage (GPU machine; the MaskBench schema must be in device_data/, see --schema):
   python profiling/e2e_decode.py [--batches 1 16 64 256] [--steps 200] [--max-len 512]
+Speculative decoding (draft masks, verification; profiling/e2e_speculative.py has its flags):
+  python profiling/e2e_decode.py --speculative [--drafts 2 4 8] [--batches 1 16 64 256]
 CPU smoke test (toy model, a few steps, no graphs):
   python profiling/e2e_decode.py --device cpu --layers 1 --hidden 64 --heads 4 --kv-heads 2 \\
       --intermediate 128 --max-len 32 --prompt-len 8 --batches 1 2 --steps 3 --warmup 1
@@ -232,6 +234,47 @@ class Llama:
             gate, up = F.linear(h, layer.w_gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.w_down)
         return F.linear(rms_norm(x, self.norm, cfg.norm_eps), self.lm_head).float()
+
+    def forward_rows(self, input_ids: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        """``input_ids`` [B, T] int64, ``start`` [B] int64 -> logits [B, T, vocab] fp32: row b's
+        T tokens at positions start[b] .. start[b] + T - 1 (clamped to the cache), each
+        attending to the cache up to its own position (a verify pass of speculative decoding;
+        per-row positions, static shapes: capturable)."""
+        cfg = self.cfg
+        b, t = input_ids.shape
+        x = F.embedding(input_ids, self.embed)                   # [B, T, hidden]
+        pos = (start.unsqueeze(1) + torch.arange(t, device=start.device)).clamp_(
+            max=self.max_len - 1)                                # [B, T]
+        cos, sin = self.cos[pos].unsqueeze(2), self.sin[pos].unsqueeze(2)  # [B, T, 1, hd/2]
+        visible = self.positions <= pos.unsqueeze(2)             # [B, T, max_len]
+        rows = torch.arange(b, device=start.device).unsqueeze(1).expand(b, t)
+        for i, layer in enumerate(self.layers):
+            h = rms_norm(x, layer.attn_norm, cfg.norm_eps)
+            x = x + self._attention_rows(i, layer, h, cos, sin, visible, rows, pos)
+            h = rms_norm(x, layer.mlp_norm, cfg.norm_eps)
+            gate, up = F.linear(h, layer.w_gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.w_down)
+        return F.linear(rms_norm(x, self.norm, cfg.norm_eps), self.lm_head).float()
+
+    def _attention_rows(self, i, layer, h, cos, sin, visible, rows, pos):
+        cfg = self.cfg
+        b, t = pos.shape
+        nh, nkv, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
+        group = nh // nkv
+        q, k, v = F.linear(h, layer.wqkv).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+        q = rope(q.view(b, t, nh, hd), cos, sin)
+        k = rope(k.view(b, t, nkv, hd), cos, sin)
+        k_cache, v_cache = self.k_cache[i, :b], self.v_cache[i, :b]   # [B, nkv, max_len, hd]
+        k_cache[rows, :, pos] = k                                 # [B, T, nkv, hd] at (b, pos)
+        v_cache[rows, :, pos] = v.view(b, t, nkv, hd)
+        q = q.view(b, t, nkv, group, hd).permute(0, 2, 1, 3, 4).reshape(b, nkv, t * group, hd)
+        scores = torch.matmul(q, k_cache.transpose(-1, -2)).float() * hd ** -0.5
+        scores = scores.view(b, nkv, t, group, -1).masked_fill(
+            ~visible.view(b, 1, t, 1, -1), float("-inf"))
+        out = torch.matmul(scores.view(b, nkv, t * group, -1).softmax(dim=-1).to(h.dtype),
+                           v_cache)                               # [B, nkv, T group, hd]
+        out = out.view(b, nkv, t, group, hd).permute(0, 2, 1, 3, 4).reshape(b, t, nh * hd)
+        return F.linear(out, layer.wo)
 
     def _attention(self, i, layer, h, cos, sin, visible, pos):
         cfg, b = self.cfg, h.shape[0]
@@ -555,6 +598,35 @@ def compile_grammars(args, info, xgr, xinfo) -> List[Dict[str, object]]:
 # ----------------------------------------------------------------------------- driver
 
 
+def recorded(label: str, run: Callable[[], Dict[str, object]]) -> Dict[str, object]:
+    """``run()``'s result, or {"error": ...} when it raises (the traceback is printed): a
+    failing configuration is recorded, the others still run."""
+    print(f"{label} ...", end=" ", flush=True)
+    try:
+        return run()
+    except Exception as error:  # noqa: BLE001 - keep the other configurations' numbers
+        traceback.print_exc()
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model's shape (Llama-3-8B's by default), weights' scale and the KV cache."""
+    defaults = ModelConfig()
+    for field in ("layers", "hidden", "heads", "kv_heads", "intermediate"):
+        parser.add_argument("--" + field.replace("_", "-"), type=int,
+                            default=getattr(defaults, field))
+    parser.add_argument("--head-dim", type=int, default=None, help="default hidden / heads")
+    parser.add_argument("--init-std", type=float, default=0.02)
+    parser.add_argument("--max-len", type=int, default=512, help="KV cache length")
+    parser.add_argument("--prompt-len", type=int, default=128)
+
+
+def model_config(args) -> ModelConfig:
+    return ModelConfig(hidden=args.hidden, layers=args.layers, heads=args.heads,
+                       kv_heads=args.kv_heads, head_dim=args.head_dim or args.hidden // args.heads,
+                       intermediate=args.intermediate)
+
+
 def run_batch_size(b: int, model: Llama, info, grammars, xgr, args, device,
                    use_graph: bool) -> List[Dict[str, object]]:
     """Every configuration at batch size b; a failing configuration is recorded, not fatal."""
@@ -565,12 +637,7 @@ def run_batch_size(b: int, model: Llama, info, grammars, xgr, args, device,
     def attempt(config: str, grammar: Optional[str], run: Callable[[], Dict[str, object]]):
         if config not in args.configs:
             return
-        print(f"B={b} {grammar or '-'} {config} ...", end=" ", flush=True)
-        try:
-            result = run()
-        except Exception as error:  # noqa: BLE001 - keep the other configurations' numbers
-            traceback.print_exc()
-            result = {"error": f"{type(error).__name__}: {error}"}
+        result = recorded(f"B={b} {grammar or '-'} {config}", run)
         result.update(batch=b, grammar=grammar, config=config)
         if "ms_per_step" in result:
             result["ms_per_token"] = result["ms_per_step"] / b
@@ -671,8 +738,6 @@ def parse_args(argv=None):
     parser.add_argument("--configs", nargs="+", choices=CONFIGS, default=list(CONFIGS))
     parser.add_argument("--steps", type=int, default=200, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--max-len", type=int, default=512, help="KV cache length")
-    parser.add_argument("--prompt-len", type=int, default=128)
     parser.add_argument("--sampler", choices=["sample", "greedy"], default="sample")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -681,12 +746,7 @@ def parse_args(argv=None):
                              "XGrammar's 'auto')")
     parser.add_argument("--eager", action="store_true",
                         help="no CUDA graphs: every step launched op by op (for nsys traces)")
-    defaults = ModelConfig()
-    for field in ("layers", "hidden", "heads", "kv_heads", "intermediate"):
-        parser.add_argument("--" + field.replace("_", "-"), type=int,
-                            default=getattr(defaults, field))
-    parser.add_argument("--head-dim", type=int, default=None, help="default hidden / heads")
-    parser.add_argument("--init-std", type=float, default=0.02)
+    add_model_arguments(parser)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.max_len - args.prompt_len < 4:
@@ -696,6 +756,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> Dict[str, object]:
     global _NVTX
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--speculative" in argv:  # the speculative mode lives in its own file
+        argv.remove("--speculative")
+        import e2e_speculative
+        return e2e_speculative.main(argv)
     args = parse_args(argv)
     started = time.perf_counter()
     device = torch.device(args.device)
@@ -703,9 +768,7 @@ def main(argv=None) -> Dict[str, object]:
     _NVTX = cuda
     use_graph = cuda and not args.eager
     torch.manual_seed(args.seed)
-    cfg = ModelConfig(hidden=args.hidden, layers=args.layers, heads=args.heads,
-                      kv_heads=args.kv_heads, head_dim=args.head_dim or args.hidden // args.heads,
-                      intermediate=args.intermediate)
+    cfg = model_config(args)
     xgr = import_xgrammar() if "xgrammar" in args.configs else None
     info = vocabularies.tokenizer_info_for("qwen", vocab_size=cfg.vocab)
     xinfo = xgrammar_tokenizer_info(xgr, info) if xgr is not None else None
