@@ -549,6 +549,17 @@ extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
   ptr<signed char>(t, P_CAN_END)[b] = (signed char)can_end;
 }
 
+// ----------------------------------------------------------------------------- status
+
+// out[b] = (terminated, error code) of slot b: the state's flags as a fresh tensor, so that a
+// torch.compile graph reads them without a view of the runtime blob (ops/xg_ops.py slot_status).
+extern "C" __global__ void xg_status(const u64* t, int B, int* out) {
+  int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= B) return;
+  out[2 * b] = ptr<const signed char>(t, P_TERMINATED)[b] != 0;
+  out[2 * b + 1] = ptr<const int>(t, P_ERROR)[b];
+}
+
 // ----------------------------------------------------------------------------- rollback
 
 extern "C" __global__ void xg_rollback(const u64* t, int B, const long long* num_tokens,

@@ -29,6 +29,7 @@ Per-slot behaviour (documented contract):
 """
 from __future__ import annotations
 
+import weakref
 from typing import Iterable, Optional, Union
 
 import numpy as np
@@ -57,6 +58,7 @@ class GrammarBatch:
         # one host call instead of a launch per kernel. A cache, and it says so.
         self.eager_graphs = eager_graphs
         self._graphs: dict = {}
+        self._copy_tables = weakref.WeakKeyDictionary()  # state_copy_table's cache
         self.max_batch = max_batch
         self.limits = limits
         self.vocab_size = tokenizer_info.vocab_size
@@ -349,10 +351,12 @@ class GrammarBatch:
             self._over_budget.masked_fill_(which, 0)
 
     def is_terminated(self) -> torch.Tensor:
-        return self._field["terminated"] != 0
+        """bool [max_batch] on the device (a new tensor: ``xg::slot_status``)."""
+        return self._op("slot_status")(self.runtime)[:, 0] != 0
 
     def error_codes(self) -> torch.Tensor:
-        return self._field["error"]
+        """int32 [max_batch] on the device: each slot's error code, 0 for none."""
+        return self._op("slot_status")(self.runtime)[:, 1]
 
     def _check_bitmask(self, bitmask: torch.Tensor) -> None:
         words = layout.bitmask_words(self.vocab_size)
@@ -377,15 +381,32 @@ class GrammarBatch:
 
     def copy_slots_from(self, other: "GrammarBatch", source_slots: torch.Tensor) -> None:
         """Slot i takes the state of ``other``'s slot ``source_slots[i]`` (int64 [max_batch] on
-        the device; the two batches share an arena and limits): device copies, no host sync,
-        capturable. Token budgets are not copied."""
+        the device; the two batches share an arena and limits): one ``xg::copy_slots``, no host
+        sync, capturable once ``state_copy_table(other)`` exists (the first call builds it, a
+        host-to-device copy). Token budgets are not copied."""
         if other.arena is not self.arena or other.limits != self.limits:
             raise ValueError("copy_slots_from needs a batch with the same arena and limits")
         if source_slots.shape != (self.max_batch,):
             raise ValueError(f"source_slots must have {self.max_batch} entries, got "
                              f"{tuple(source_slots.shape)}")
-        for name in RuntimeState.FIELDS:
-            torch.index_select(other._field[name], 0, source_slots, out=self._field[name])
+        self._op("copy_slots")(self.runtime, other.runtime, source_slots,
+                               self.state_copy_table(other))
+
+    def state_copy_table(self, other: "GrammarBatch") -> torch.Tensor:
+        """``xg::copy_slots``'s ``fields`` for copies from ``other`` into this batch: per state
+        buffer, its byte offset in both runtime blobs, its bytes per slot and its element size
+        (int64 [F, 4] on the device; built once per source batch, a cache)."""
+        table = self._copy_tables.get(other)
+        if table is None:
+            rows = []
+            for name in RuntimeState.FIELDS:
+                mine, theirs = self._field[name], other._field[name]
+                rows.append([mine.data_ptr() - self.runtime.data_ptr(),
+                             theirs.data_ptr() - other.runtime.data_ptr(),
+                             mine[0].numel() * mine.element_size(), mine.element_size()])
+            table = torch.tensor(rows, dtype=torch.int64, device=self.device)
+            self._copy_tables[other] = table
+        return table
 
     def to_matcher(self, slot: int):
         """A CPU ``GrammarMatcher`` holding a copy of slot ``slot``'s state."""

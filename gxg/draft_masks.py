@@ -48,6 +48,7 @@ class DraftMasks:
                                    arena=batch.arena, eager_graphs=False)
         self._source = torch.arange(batch.max_batch, device=batch.device).repeat_interleave(
             num_nodes)
+        self.drafts.state_copy_table(batch)  # built now, so that a fill can be captured
 
     def fill(self, retrieve_next_token: torch.Tensor, retrieve_next_sibling: torch.Tensor,
              draft_tokens: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
@@ -65,8 +66,8 @@ class DraftMasks:
             raise ValueError(f"bitmask must be a contiguous int32 [{batch}, {n}, {words}] on "
                              f"{self.batch.device}, got {bitmask.dtype} "
                              f"{tuple(bitmask.shape)}")
-        paths, depth, reached = torch.ops.xg.draft_paths(retrieve_next_token,
-                                                         retrieve_next_sibling, draft_tokens)
+        paths, depth, reached = self.batch._op("draft_paths")(
+            retrieve_next_token, retrieve_next_sibling, draft_tokens)
         drafts = self.drafts
         drafts.copy_slots_from(self.batch, self._source)
         counts = drafts.accept_tokens(paths.view(batch * n, n), depth.view(-1))

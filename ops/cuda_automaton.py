@@ -135,6 +135,13 @@ def rollback(table: torch.Tensor, num_tokens: torch.Tensor, ok: torch.Tensor) ->
             (_pointer(table), np.int32(batch), _pointer(num_tokens), _pointer(ok)))
 
 
+def status(table: torch.Tensor, out: torch.Tensor) -> None:
+    batch = out.shape[0]
+    grid, block = _slot_grid(batch)
+    _launch("xg_status", table.device, grid, block, (_pointer(table), np.int32(batch),
+                                                     _pointer(out)))
+
+
 UNCERTAIN_THREADS = layout.KERNEL_CONSTANTS["UNC_THREADS"]
 
 

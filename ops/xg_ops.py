@@ -15,6 +15,9 @@ Out: the ops below, each with fixed shapes, no host synchronisation and no alloc
   xg::accept_token(runtime!, arena, token_ids) -> bool [B]
   xg::accept_tokens(runtime!, arena, token_ids [B, T], lengths [B]) -> int32 [B]
                                                        accepted prefix of each row
+  xg::slot_status(runtime) -> int32 [B, 2]             (terminated, error code) per slot
+  xg::copy_slots(runtime!, source, source_slots, fields)
+                                                       slot i <- source slot source_slots[i]
   xg::draft_paths(next_token, next_sibling, tokens) -> (paths, depth, reached)
                                                        draft-tree paths ([B, N] arrays)
   xg::rollback(runtime!, num_tokens) -> bool [B]       False: history too short
@@ -47,6 +50,7 @@ from gxg import blobs, layout
 from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
 from gxg.ops import arena_tables, reference
 from gxg.ops.apply_bitmask import apply_arguments, apply_token_bitmask_inplace_cpu
+from gxg.ops.copy_slots import check_copy_table, copy_slots_reference
 from gxg.ops.draft_paths import draft_paths_reference
 
 try:  # the nvtx package when present, else torch's binding
@@ -202,6 +206,73 @@ def _accept_tokens_cuda(runtime, arena, token_ids, lengths):
 @accept_tokens.register_fake
 def _(runtime, arena, token_ids, lengths):
     return token_ids.new_empty(token_ids.shape[0], dtype=torch.int32)
+
+
+# ----------------------------------------------------------------------------- status
+
+
+@torch.library.custom_op("xg::slot_status", mutates_args=())
+def slot_status(runtime: torch.Tensor) -> torch.Tensor:
+    """int32 [B, 2]: per slot (terminated 0/1, error code) — the flags as a new tensor, which a
+    torch.compile graph can read next to ops that mutate ``runtime`` (dtype views of the blob
+    cannot be)."""
+    state, _ = _host_state(runtime)
+    return torch.from_numpy(np.stack([state.terminated.astype(np.int32),
+                                      state.error.astype(np.int32)], axis=1))
+
+
+@slot_status.register_kernel("cuda")
+def _slot_status_cuda(runtime):
+    from gxg.ops import cuda_automaton
+    out = torch.empty((runtime.shape[0], 2), dtype=torch.int32, device=runtime.device)
+    cuda_automaton.status(runtime, out)
+    return out
+
+
+@slot_status.register_fake
+def _(runtime):
+    return runtime.new_empty((runtime.shape[0], 2), dtype=torch.int32)
+
+
+# ----------------------------------------------------------------------------- copy slots
+
+
+def _check_copy_arguments(runtime, source, source_slots, fields) -> None:
+    if source.dtype != torch.uint8 or source.dim() != 2 or source.device != runtime.device:
+        raise ValueError(f"source must be a runtime blob (uint8, 2-D) on {runtime.device}, got "
+                         f"{source.dtype} {tuple(source.shape)} on {source.device}")
+    if source.data_ptr() == runtime.data_ptr():
+        raise ValueError("source must be another batch's runtime blob, not runtime itself")
+    _check_rows("source_slots", source_slots, runtime)
+    if fields.dim() != 2 or fields.shape[1] != 4 or fields.dtype != torch.int64 \
+            or fields.device != runtime.device:
+        raise ValueError(f"fields must be int64 [F, 4] on {runtime.device}, got {fields.dtype} "
+                         f"{tuple(fields.shape)} on {fields.device}")
+
+
+@torch.library.custom_op("xg::copy_slots", mutates_args=("runtime",))
+def copy_slots(runtime: torch.Tensor, source: torch.Tensor, source_slots: torch.Tensor,
+               fields: torch.Tensor) -> None:
+    """Slot i of ``runtime`` takes the state of ``source``'s slot ``source_slots[i]`` (both
+    runtime blobs of batches with the same limits; ``fields``: the state buffers' offsets in
+    both, as ``GrammarBatch.state_copy_table`` builds them; ``ops/copy_slots.py``)."""
+    _check_copy_arguments(runtime, source, source_slots, fields)
+    check_copy_table(runtime, source, fields)
+    copy_slots_reference(runtime, source, source_slots, fields)
+
+
+@copy_slots.register_kernel("cuda")
+def _copy_slots_cuda(runtime, source, source_slots, fields):
+    from gxg.ops.copy_slots_triton import copy_slots_triton
+    _check_copy_arguments(runtime, source, source_slots, fields)
+    with _range("xg::copy_slots"):
+        copy_slots_triton(runtime, source, source_slots.to(torch.int64).contiguous(),
+                          fields.contiguous())
+
+
+@copy_slots.register_fake
+def _(runtime, source, source_slots, fields):
+    return None
 
 
 # ----------------------------------------------------------------------------- draft paths
@@ -447,6 +518,9 @@ def _(runtime, arena, logits, bitmask, temperature, top_k, top_p, seed, offset,
 #: capture the ops.
 CUDA_KERNELS = {
     "reset": _reset_cuda,
+    "slot_status": _slot_status_cuda,
+    "copy_slots": _copy_slots_cuda,
+    "draft_paths": _draft_paths_cuda,
     "accept_token": _accept_token_cuda,
     "accept_tokens": _accept_tokens_cuda,
     "rollback": _rollback_cuda,

@@ -152,44 +152,64 @@ def test_bad_arguments_are_refused():
     assert rows[1, 0].eq(-1).all() and rows[1, 1:].eq(0).all()
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_draft_masks_replayed_from_a_graph_equal_the_cpu_rows():
-    """Captured once with fixed buffers, replayed for new trees and new batch states: the
-    rows the CPU batch writes for the same states and trees."""
+def gpu_case(*values):
+    return pytest.param(*values, marks=[
+        pytest.mark.gpu,
+        pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])
+
+
+def zoo_json_walks():
+    """(info, compiled, walks) of the zoo's JSON grammar over its synthetic vocabulary."""
     name, ebnf, sentences = next(z for z in GRAMMAR_ZOO if z[0] == "json")
     info = make_info(synthetic_vocab(sentences))
-    compiled = GrammarCompiler(info).compile_grammar(zoo_grammar(ebnf))
+    return info, GrammarCompiler(info).compile_grammar(zoo_grammar(ebnf)), spell(info, sentences)
+
+
+@pytest.mark.parametrize("mode,device,source", [
+    ("compile", "cpu", "zoo"), gpu_case("graph", "cuda", "zoo"), gpu_case("graph", "cuda", "qwen"),
+    gpu_case("compile", "cuda", "qwen")])
+def test_captured_or_compiled_fills_equal_the_eager_cpu_rows(mode, device, source):
+    """A fill captured once in a CUDA graph with fixed buffers and replayed, or compiled with
+    torch.compile(fullgraph=True) and called, for new trees and new batch states: the rows an
+    eager CPU batch writes for the same states and trees."""
+    if source == "qwen":
+        info, _, compiled, walks = qwen_json_walks()
+    else:
+        info, compiled, walks = zoo_json_walks()
     words = (info.vocab_size + 31) // 32
-    batches = {d: GrammarBatch(info, device=d, max_batch=SLOTS) for d in ("cpu", "cuda")}
+    batches = {"cpu": GrammarBatch(info, device="cpu", max_batch=SLOTS)}
+    batches["run"] = GrammarBatch(info, device=device, max_batch=SLOTS)
     for batch in batches.values():
         for slot in range(SLOTS):
             batch.bind(slot, compiled)
     drafts = {d: DraftMasks(b, NODES) for d, b in batches.items()}
-    static = [torch.full((SLOTS, NODES), -1, dtype=torch.int64, device="cuda") for _ in range(2)]
-    static.append(torch.zeros((SLOTS, NODES), dtype=torch.int64, device="cuda"))
-    bitmask = torch.zeros((SLOTS, NODES, words), dtype=torch.int32, device="cuda")
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        drafts["cuda"].fill(*static, bitmask)  # warm-up
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        drafts["cuda"].fill(*static, bitmask)
-    walks = spell(info, sentences)
+    static = [torch.full((SLOTS, NODES), -1, dtype=torch.int64, device=device) for _ in range(2)]
+    static.append(torch.zeros((SLOTS, NODES), dtype=torch.int64, device=device))
+    bitmask = torch.zeros((SLOTS, NODES, words), dtype=torch.int32, device=device)
+    if mode == "graph":
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            drafts["run"].fill(*static, bitmask)  # warm-up
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            drafts["run"].fill(*static, bitmask)
+        run = graph.replay
+    else:
+        compiled_fill = torch.compile(lambda *a: drafts["run"].fill(*a), fullgraph=True)
+        run = lambda: compiled_fill(*static, bitmask)  # noqa: E731
     for round_ in range(3):
-        pairs = list(grow_trees(compiled, info.vocab_size, walks, seed=f"graph{round_}",
+        pairs = list(grow_trees(compiled, info.vocab_size, walks, seed=f"{mode}{round_}",
                                 count=SLOTS, size=NODES, width=3))
-        for device, batch in batches.items():
+        for key, batch in batches.items():
             batch.reset()
-            accept_prefixes(batch, [prefix for prefix, _ in pairs], device)
+            accept_prefixes(batch, [prefix for prefix, _ in pairs], batch.device)
         trees = [pad(tree, NODES) for _, tree in pairs]
         arrays = [torch.stack([t[k] for t in trees]) for k in range(3)]
         expected = drafts["cpu"].fill(*arrays, torch.zeros((SLOTS, NODES, words),
                                                            dtype=torch.int32))
         for buffer, array in zip(static, arrays):
             buffer.copy_(array)
-        graph.replay()
+        run()
         torch.testing.assert_close(bitmask.cpu(), expected, rtol=0, atol=0)
-

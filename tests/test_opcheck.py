@@ -25,13 +25,13 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
-OPS = ["reset", "accept_token", "accept_tokens", "draft_paths", "rollback",
-       "fill_next_token_bitmask",
+OPS = ["reset", "accept_token", "accept_tokens", "slot_status", "copy_slots", "draft_paths",
+       "rollback", "fill_next_token_bitmask",
        "apply_token_bitmask_inplace", "fill_and_apply", "fill_and_sample"]
 
 # (op, variant): the calls checked; a variant names the optional arguments passed
-CALLS = [("reset", ""), ("accept_token", ""), ("accept_tokens", ""), ("draft_paths", ""),
-         ("rollback", ""),
+CALLS = [("reset", ""), ("accept_token", ""), ("accept_tokens", ""), ("slot_status", ""),
+         ("copy_slots", ""), ("draft_paths", ""), ("rollback", ""),
          ("fill_next_token_bitmask", ""), ("fill_next_token_bitmask", "budget"),
          ("apply_token_bitmask_inplace", ""), ("apply_token_bitmask_inplace", "indices"),
          ("fill_and_apply", ""), ("fill_and_apply", "budget"),
@@ -87,6 +87,12 @@ def op_arguments(batch: GrammarBatch, info, op: str, variant: str) -> tuple:
         rows = [[ids[0], ids[1], ids[1]], [ids[2], ids[2], ids[0]], [ids[1], ids[1], ids[1]]]
         return (*state, torch.tensor(rows, device=device),
                 torch.tensor([3, 2, 5], device=device))
+    if op == "slot_status":
+        return (batch.runtime,)
+    if op == "copy_slots":  # a second batch on the same arena takes slots 1, 0, 2 of this one
+        other = GrammarBatch(info, device=device, max_batch=3, arena=batch.arena)
+        return (other.runtime, batch.runtime, torch.tensor([1, 0, 2], device=device),
+                other.state_copy_table(batch))
     if op == "draft_paths":  # three rows: a chain, a tree with a sibling, a lone root
         i64 = dict(dtype=torch.int64, device=device)
         return (torch.tensor([[1, 2, -1], [1, -1, -1], [-1, -1, -1]], **i64),
@@ -131,6 +137,9 @@ BAD_ARGUMENTS = [
     ("accept_tokens", 2, lambda d: torch.zeros(3, dtype=torch.int64, device=d), "token_ids"),
     ("accept_tokens", 3, lambda d: torch.zeros(2, dtype=torch.int64, device=d), "lengths"),
     ("rollback", 1, lambda d: torch.zeros(2, dtype=torch.int64, device=d), "num_tokens"),
+    ("copy_slots", 2, lambda d: torch.zeros(2, dtype=torch.int64, device=d), "source_slots"),
+    ("copy_slots", 3, lambda d: torch.zeros((17, 3), dtype=torch.int64, device=d), "fields"),
+    ("copy_slots", 1, lambda d: torch.zeros((3, 8), dtype=torch.int32, device=d), "source"),
     ("draft_paths", 1, lambda d: torch.zeros((3, 2), dtype=torch.int64, device=d),
      "next_sibling"),
     ("draft_paths", 2, lambda d: torch.zeros((3, 3), dtype=torch.int32, device=d), "tokens"),
