@@ -40,6 +40,8 @@ _LAZY = {
     "ArenaFullError": "gxg.arena",
     "RuntimeLimits": "gxg.runtime",
     "ErrorCode": "gxg.runtime",
+    "StructuralTag": "gxg.grammar.structural_tag",
+    "StructuralTagItem": "gxg.grammar.structural_tag",
 }
 
 __all__ = ["Grammar", "GrammarError", "TokenizerInfo", "VocabType", "__version__", *_LAZY]

@@ -1,7 +1,7 @@
 """Host API of compilation: ``GrammarCompiler`` and ``CompiledGrammar`` (XGrammar's names).
 
 In:  a ``TokenizerInfo`` and grammars (EBNF text, ``Grammar`` IR, regex, the builtin JSON
-     grammar).
+     grammar, JSON Schema, structural tags).
 Out: ``CompiledGrammar``: the grammar, the tokenizer info, the byte-level automaton and the
      adaptive token-mask cache (plus the kernel layout derived from it), serialisable to bytes.
      The mask cache is lazy by default: a node's entry is computed the first time a fill
@@ -305,6 +305,15 @@ class GrammarCompiler:
 
     def compile_regex(self, regex: str) -> CompiledGrammar:
         return self._compiled(("regex", regex), lambda: Grammar.from_regex(regex))
+
+    def compile_structural_tag(self, *args, **kwargs) -> CompiledGrammar:
+        """An XGrammar 0.2.8 structural tag: ``compile_structural_tag(structural_tag)`` (a JSON
+        text, a dict, an XGrammar pydantic ``StructuralTag``) or the deprecated
+        ``compile_structural_tag(tags, triggers)`` (see ``Grammar.from_structural_tag``)."""
+        from gxg.grammar.structural_tag import parse_structural_tag
+        from gxg.grammar.structural_tag_emission import emit_structural_tag
+        tag = parse_structural_tag(*args, **kwargs)
+        return self._compiled(("structural_tag", tag.key), lambda: emit_structural_tag(tag))
 
     # ------------------------------------------------------------------ cache
     def _compiled(self, key: tuple, make_grammar) -> CompiledGrammar:

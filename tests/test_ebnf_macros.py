@@ -20,41 +20,13 @@ from hypothesis import strategies as st
 
 from gxg.grammar.ebnf import parse_ebnf
 from gxg.grammar.ir import GrammarError
-from gxg.grammar_compiler import GrammarCompiler
-from gxg.matcher import GrammarMatcher, allocate_token_bitmask
-from gxg.tokenizer import TokenizerInfo, VocabType
-from grammar_zoo import synthetic_vocab
-from mask_oracles import mask_to_bool
+from gxg.matcher import GrammarMatcher
 
-try:
-    import xgrammar
-except ImportError:  # pragma: no cover - the comparison tests skip
-    xgrammar = None
+import xgrammar_oracle
+from xgrammar_oracle import compiled_pair, mask_pair, needs_xgrammar, xgrammar
 
-needs_xgrammar = pytest.mark.skipif(xgrammar is None, reason="xgrammar is not installed")
-
-_COMPILER = GrammarCompiler(TokenizerInfo([]), cache_enabled=False)
-
-
-@functools.lru_cache(maxsize=None)
-def _gxg_compiled(ebnf: str):
-    return _COMPILER.compile_grammar(ebnf)
-
-
-def gxg_accepts(ebnf: str, text: str) -> bool:
-    matcher = GrammarMatcher(_gxg_compiled(ebnf), terminate_without_stop_token=True)
-    return matcher.accept_string(text) and matcher.is_terminated()
-
-
-@functools.lru_cache(maxsize=None)
-def _xgr_compiled(ebnf: str):
-    compiler = xgrammar.GrammarCompiler(xgrammar.TokenizerInfo([]), cache_enabled=False)
-    return compiler.compile_grammar(ebnf)
-
-
-def xgr_accepts(ebnf: str, text: str) -> bool:
-    matcher = xgrammar.GrammarMatcher(_xgr_compiled(ebnf), terminate_without_stop_token=True)
-    return matcher.accept_string(text) and matcher.is_terminated()
+gxg_accepts = functools.partial(xgrammar_oracle.gxg_accepts, "ebnf")
+xgr_accepts = functools.partial(xgrammar_oracle.xgr_accepts, "ebnf")
 
 
 # ----------------------------------------------------------------------------- specification
@@ -233,7 +205,7 @@ def test_qwen_tool_calling_compiles_small():
             'call ::= "{" [^{}]* "}</tool_call>"\nthink ::= [^<]* "</think>"\npy ::= [^\\n]* "\\n"')
     grammar = parse_ebnf(ebnf)
     assert len(grammar.rules) <= 10
-    compiled = _gxg_compiled(ebnf)
+    compiled = xgrammar_oracle.gxg_compiled("ebnf", ebnf)
     assert compiled.automaton.num_nodes < 300
     assert gxg_accepts(ebnf, "hi <think>hmm</think> <tool_call>{x}</tool_call> bye")
     assert not gxg_accepts(ebnf, "hi <|im_end|>")
@@ -338,7 +310,7 @@ def test_xgrammar_rejects_the_errors(ebnf, line, column, fragment):
     with pytest.raises(Exception):
         grammar = xgrammar.Grammar.from_ebnf(ebnf)
         if ebnf in XGRAMMAR_LATE:
-            _xgr_compiled(str(grammar))
+            xgrammar_oracle.xgr_compiled("ebnf", str(grammar))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -509,37 +481,15 @@ MASK_GRAMMARS = [
 ]
 
 
-def _is_utf8(token: bytes) -> bool:
-    try:
-        token.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 @needs_xgrammar
 @pytest.mark.parametrize("ebnf, sentences", MASK_GRAMMARS)
 def test_masks_equal_xgrammar_along_random_walks(ebnf, sentences):
-    # Whole UTF-8 text only: XGrammar's TagDispatch free text also takes bytes that are not
-    # UTF-8, gxg's does not (the one deliberate difference, see gxg/grammar/macros.py).
-    vocab = [token for token in synthetic_vocab(sentences, seed=3) if _is_utf8(token)]
-    stop_id = len(vocab) - 1
-    vocab_size = len(vocab) + 3
-    info = TokenizerInfo(vocab, VocabType.RAW, vocab_size=vocab_size, stop_token_ids=[stop_id])
-    xinfo = xgrammar.TokenizerInfo(vocab, xgrammar.VocabType.RAW, vocab_size=vocab_size,
-                                   stop_token_ids=[stop_id])
-    ours = GrammarCompiler(info, cache_enabled=False).compile_grammar(ebnf)
-    theirs = xgrammar.GrammarCompiler(xinfo, cache_enabled=False).compile_grammar(ebnf)
+    ours, theirs, vocab, stop_id, vocab_size = compiled_pair("ebnf", ebnf, sentences, seed=3)
     rng = random.Random(5)
     for walk in range(4):
         m, x = GrammarMatcher(ours), xgrammar.GrammarMatcher(theirs)
         for step in range(20):
-            a = allocate_token_bitmask(1, vocab_size)
-            b = xgrammar.allocate_token_bitmask(1, vocab_size)
-            m.fill_next_token_bitmask(a)
-            x.fill_next_token_bitmask(b)
-            got = mask_to_bool(a[0].numpy(), vocab_size)
-            want = mask_to_bool(b[0].numpy(), vocab_size)
+            got, want = mask_pair(m, x, vocab_size)
             np.testing.assert_array_equal(got, want, err_msg=f"walk {walk} step {step}")
             choices = np.nonzero(got)[0].tolist()
             if not choices:
