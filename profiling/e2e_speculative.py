@@ -56,7 +56,6 @@ Prints a table and writes JSON (profiling/results/e2e_speculative.json or --out)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import asdict, replace

@@ -10,7 +10,6 @@ CUDA, the same rows (marked gpu).
 """
 from __future__ import annotations
 
-import random
 
 import numpy as np
 import pytest
