@@ -2,7 +2,8 @@
 
 * Every ```python block runs as is, each in a fresh subprocess of the .venv's interpreter (the one
   the README's install command makes; this interpreter where there is none), from an empty
-  directory. A block that needs CUDA (it names a "cuda" device) is skipped where none exists.
+  directory. A block that needs CUDA (it names a "cuda" device) is marked gpu and skipped
+  where none exists.
 * The main job: the last ``&&`` part of the README's install line (``.venv/bin/gxg generate
   --json --prompt ...``), run from the repository root exactly as written plus ``--seed N`` for
   a few seeds, exits 0 with JSON on stdout in json.dumps's one-line layout. (Slow: up to 256
@@ -59,7 +60,8 @@ def test_the_readme_has_python_examples():
 
 
 @needs_smollm2
-@pytest.mark.parametrize("code", [code for _, code in PYTHON_BLOCKS],
+@pytest.mark.parametrize("code", [pytest.param(code, marks=[pytest.mark.gpu] if needs_cuda(code)
+                                               else []) for _, code in PYTHON_BLOCKS],
                          ids=[f"{i}-{heading}" for i, (heading, _) in enumerate(PYTHON_BLOCKS)])
 def test_python_example_runs(code, tmp_path):
     if needs_cuda(code) and not torch.cuda.is_available():
