@@ -1,9 +1,11 @@
 """Per-step time of fill + apply + accept on the GPU, gxg (one CUDA graph) vs XGrammar's CPU path.
 
-Setup: Qwen vocabulary (151,851 tokens), fp32 logits [B, V]; grammars: builtin JSON and two
+Setup: Qwen vocabulary (151,851 tokens), fp32 logits [B, V]; grammars: builtin JSON, two
 MaskBench schemas (converted to EBNF by XGrammar's converter so that both engines run the same
-grammar; any_whitespace=False), token streams teacher-forced from valid documents tokenised by
-the Qwen tokenizer; slot b follows document b mod n.
+grammar; any_whitespace=False) and a tool-calling structural tag (two tools) driven through
+free text ("free_text") and through text with tool calls ("tool_call"); token streams
+teacher-forced from valid documents tokenised by the Qwen tokenizer; slot b follows document b
+mod n.
 
 gxg: ``GrammarBatch.fill_and_apply`` + ``accept`` for T steps captured in one CUDA graph (with a
 reset at its start); per-step time = (replay time - reset-only replay time) / T.
@@ -34,7 +36,6 @@ from common import MASKBENCH, import_xgrammar, machine, print_table  # noqa: E40
 
 from gxg import vocabularies  # noqa: E402
 from gxg.batch import GrammarBatch  # noqa: E402
-from gxg.grammar import Grammar  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 from gxg.runtime import RuntimeLimits  # noqa: E402
 
@@ -56,8 +57,48 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 4 * 20 / (start.elapsed_time(end) / 1e3)
 
 
+# Tool calling (issue 16): free text until "<tool_call>", then a call whose arguments follow the
+# tool's schema, then free text again (XGrammar 0.2.8's structural tag; both engines compile it).
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"},
+                                            "days": {"type": "integer"}}, "required": ["city"]}
+SEARCH = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
+TOOLS_TAG = json.dumps({"type": "structural_tag", "format": {
+    "type": "triggered_tags", "triggers": ["<tool_call>"],
+    "tags": [{"begin": '<tool_call>\n{"name": "' + name + '", "arguments": ',
+              "content": {"type": "json_schema", "json_schema": schema},
+              "end": "}\n</tool_call>"} for name, schema in (("weather", WEATHER),
+                                                             ("search", SEARCH))]}})
+PROSE = [
+    "The committee met on a grey Tuesday morning to review the quarterly numbers, and after a "
+    "long discussion about shipping delays, supplier contracts and the new warehouse in the "
+    "north, it agreed to revisit the budget once the auditors had finished their report.",
+    "Rain had been falling for three days when the river finally rose above the old stone "
+    "bridge; the villagers carried sandbags through the night, singing to keep awake, while "
+    "the children watched the water from the windows of the school on the hill.",
+    "To bake the bread, mix the flour with warm water and a pinch of salt, let the dough rest "
+    "for an hour under a damp cloth, knead it again, shape two loaves and bake them until the "
+    "crust sounds hollow when you tap it with a finger.",
+    "Most of the questions users asked that week were about passwords, invoices and the mobile "
+    "application, which crashed whenever someone tried to upload a photo larger than ten "
+    "megabytes from an older phone with little memory left.",
+]
+TOOL_CALLS = [
+    "Let me look that up for you. <tool_call>\n" + json.dumps(
+        {"name": "weather", "arguments": {"city": "San Francisco", "days": 3}})
+    + "\n</tool_call> It will be sunny all week.",
+    "I will search for it. <tool_call>\n" + json.dumps(
+        {"name": "search", "arguments": {"query": "best bread recipe with rye flour"}})
+    + "\n</tool_call> Here is what I found.",
+    "Checking two things. <tool_call>\n" + json.dumps(
+        {"name": "weather", "arguments": {"city": "Oslo"}}) + "\n</tool_call><tool_call>\n"
+    + json.dumps({"name": "search", "arguments": {"query": "Oslo museums"}}) + "\n</tool_call>",
+]
+
+
 def workloads(maskbench_dir: Path):
-    """(name, ebnf or None for builtin JSON, documents) — documents as JSON text."""
+    """(name, kind, source, documents): kind "builtin_json" (source None), "ebnf" (MaskBench
+    schemas converted by XGrammar's converter) or "structural_tag" (JSON text); documents are
+    the texts the slots are teacher-forced through."""
     from xgrammar.testing import _json_schema_to_ebnf
     json_docs = []
     out = []
@@ -65,7 +106,7 @@ def workloads(maskbench_dir: Path):
         case = json.loads((maskbench_dir / name).read_text())
         docs = [json.dumps(t["data"]) for t in case["tests"] if t.get("valid")]
         ebnf = _json_schema_to_ebnf(json.dumps(case["schema"]), any_whitespace=False)
-        out.append((name.split("---")[-1].replace(".json", ""), ebnf, docs))
+        out.append((name.split("---")[-1].replace(".json", ""), "ebnf", ebnf, docs))
         json_docs += [d for d in docs if d.startswith("{")]
     for path in sorted(maskbench_dir.glob("*.json"))[:200]:
         case = json.loads(path.read_text())
@@ -73,7 +114,18 @@ def workloads(maskbench_dir: Path):
             if test.get("valid") and isinstance(test["data"], dict):
                 json_docs.append(json.dumps(test["data"]))
                 break
-    return [("builtin_json", None, json_docs)] + out
+    return [("builtin_json", "builtin_json", None, json_docs)] + out + [
+        ("free_text", "structural_tag", TOOLS_TAG, PROSE),
+        ("tool_call", "structural_tag", TOOLS_TAG, TOOL_CALLS)]
+
+
+def compile_workload(compiler, kind: str, source):
+    """gxg's or XGrammar's compiler (the same method names) on a workload's grammar."""
+    if kind == "builtin_json":
+        return compiler.compile_builtin_json_grammar()
+    if kind == "ebnf":
+        return compiler.compile_grammar(source)
+    return compiler.compile_structural_tag(source)
 
 
 def token_streams(tokenizer, docs, steps):
@@ -186,7 +238,8 @@ def main() -> None:
     parser.add_argument("--maskbench", default=str(MASKBENCH))
     parser.add_argument("--out", default=None)
     parser.add_argument("--grammars", nargs="+", default=None,
-                        help="only these workloads (builtin_json, o27713, o49496)")
+                        help="only these workloads (builtin_json, o27713, o49496, free_text, "
+                             "tool_call)")
     parser.add_argument("--gxg-only", action="store_true",
                         help="time gxg alone (XGrammar still converts the schemas)")
     parser.add_argument("--define", action="append", default=[],
@@ -206,15 +259,13 @@ def main() -> None:
                                   vocab_size=info.vocab_size, stop_token_ids=info.stop_token_ids)
         xcompiler = xgr.GrammarCompiler(xinfo)
     rows = []
-    for name, ebnf, docs in workloads(Path(args.maskbench)):
+    for name, kind, source, docs in workloads(Path(args.maskbench)):
         if args.grammars and name not in args.grammars:
             continue
-        grammar = Grammar.builtin_json_grammar() if ebnf is None else Grammar.from_ebnf(ebnf)
-        compiled = compiler.compile_grammar(grammar)
+        compiled = compile_workload(compiler, kind, source)
         streams = token_streams(tokenizer, docs, args.steps)
         if xgr is not None:
-            xcompiled = (xcompiler.compile_builtin_json_grammar() if ebnf is None
-                         else xcompiler.compile_grammar(ebnf))
+            xcompiled = compile_workload(xcompiler, kind, source)
         for batch_size in args.batches:
             per_step = time_gxg(info, compiled, streams, batch_size, args.steps, args.reps)
             floor = batch_size * info.vocab_size * 4 / bandwidth
