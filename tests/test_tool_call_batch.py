@@ -202,3 +202,26 @@ def test_cuda_graph_replays_equal_the_cpu_ops(world):
         tokens.copy_(torch.tensor(chosen))
         graph.replay()
     compare_states(cpu, gpu, where="after the replays")
+
+
+def test_a_long_free_text_span_keeps_the_state_small(world):
+    """2,000 tokens of free text between triggers: one stack all along; each token adds one
+    pool entry (the history's tops must survive for rollback), and compaction keeps the pool
+    within its limit — it stays bounded by the history ring, not by the span."""
+    info, vocab, grammars = world
+    limits = RuntimeLimits(pool_entries=256, history=64)
+    batch = GrammarBatch(info, device="cpu", max_batch=1, limits=limits)
+    batch.bind(0, grammars[0])
+    text = [t for t, piece in enumerate(vocab) if piece in (b" a", b" and", b" do", b" in")]
+    assert text, "the synthetic vocabulary has no plain-text tokens"
+    rng = random.Random(0)
+    sizes = []
+    for step in range(2000):
+        assert bool(batch.accept(torch.tensor([rng.choice(text)]))[0]), step
+        state = batch.host_state()
+        sizes.append((int(state.pool_size[0]), int(state.num_tops[0]), int(state.hist_len[0])))
+    assert max(size for size, _, _ in sizes) <= 3 * 256 // 4 + 1
+    assert min(size for size, _, _ in sizes[100:]) <= 64 + 8  # compacted to about the history
+    assert {tops for _, tops, _ in sizes} == {1}
+    assert sizes[-1][2] == 64
+    assert bool(batch.rollback(torch.tensor([64]))[0])   # the whole history still rolls back
