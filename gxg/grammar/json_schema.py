@@ -16,6 +16,15 @@ disjointness, checking values against subschemas) and ``gxg.grammar.json_schema_
 writes the grammar from its answers (constants, strings, numbers, arrays, objects' member
 orders, whitespace and indentation, rule naming); this module runs the two.
 
+``excludes`` (a structural tag's ``json_schema.excludes``, XGrammar 0.2.8's meaning): substrings
+that no string the schema leaves free may contain as written (between its quotes, escapes
+included): values of ``"type": "string"`` without ``pattern``/``format``, keys of additional
+properties, strings and keys inside unconstrained values; a declared key or an enum/const string
+(also one nested in an array/object constant) whose canonical spelling holds one is left out
+(numbers, booleans and null are never filtered). Refused with excludes: ``minLength`` /
+``maxLength`` / complements of strings without a pattern (XGrammar drops the lengths with a
+warning), ``patternProperties`` and ``propertyNames`` keys.
+
 JSON-Schema-compliant mode is ``any_whitespace=True, strict_mode=False, any_order=True``: then
 the only documents refused are the narrowings listed below. The defaults are XGrammar's.
 
@@ -174,8 +183,9 @@ def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: 
                            separators: Optional[Tuple[str, str]] = None, strict_mode: bool = True,
                            max_whitespace_cnt: Optional[int] = None, any_order: bool = False,
                            coerce_one_of: Optional[bool] = None,
-                           any_string_spelling: bool = False) -> Grammar:
-    """The Grammar of the JSON documents that satisfy ``schema`` (see the module docstring)."""
+                           any_string_spelling: bool = False, excludes=()) -> Grammar:
+    """The Grammar of the JSON documents that satisfy ``schema`` (see the module docstring).
+    ``excludes``: a structural tag's ``json_schema.excludes`` (see the module docstring)."""
     if not isinstance(any_string_spelling, bool):
         raise GrammarError(f"any_string_spelling must be True or False, got {any_string_spelling!r}")
     root = load_schema(schema)
@@ -186,5 +196,5 @@ def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: 
     with deep_recursion():
         schemas = SchemaAnalysis(root, strict_mode,
                                  strict_mode if coerce_one_of is None else bool(coerce_one_of))
-        emitter = GrammarEmitter(schemas, fmt, any_order, any_string_spelling)
+        emitter = GrammarEmitter(schemas, fmt, any_order, any_string_spelling, excludes)
         return emitter.grammar(emitter.schema(root, "#", 0))

@@ -340,11 +340,14 @@ class GrammarEmitter:
     nothing satisfies it), adding the rules it needs to ``rules``; ``grammar`` assembles them."""
 
     def __init__(self, schemas: SchemaAnalysis, fmt: _Format, any_order: bool = False,
-                 any_string_spelling: bool = False):
+                 any_string_spelling: bool = False, excludes: Seq[str] = ()):
         self.schemas = schemas
         self.fmt = fmt
         self.any_order = any_order
         self.any_spelling = any_string_spelling  # named strings: every spelling, or canonical only
+        # Substrings that no string left free by the schema may contain as written (a
+        # structural tag's json_schema.excludes; see ``excluded_string_body``).
+        self.excludes: Tuple[str, ...] = tuple(dict.fromkeys(excludes))
         self.rules: Dict[str, Optional[Expr]] = {}
         self.rule_numbers: Dict[str, int] = {}
         self.ref_rules: Dict[Tuple[str, int], str] = {}
@@ -380,9 +383,56 @@ class GrammarEmitter:
             self.rules[name] = build()
         return RuleRef(name)
 
+    # -- excludes (XGrammar 0.2.8's JSONSchemaFormat.excludes)
+    def contains_excluded(self, written: str) -> bool:
+        return any(exclude in written for exclude in self.excludes)
+
+    def excluded_string_body(self, names: Seq[str] = ()) -> Expr:
+        """The body of a JSON string (what lies between its quotes, as written: raw code points
+        and escapes) in which no exclude occurs in the written text, and that spells none of
+        ``names`` (in any spelling): a code-point automaton written as right-linear rules."""
+        key = ("excluded_body", tuple(names))
+        if key in self.cache:
+            return self.cache[key]
+        hex_digit = CharClass(((0x30, 0x39), (0x41, 0x46), (0x61, 0x66)))
+        unit = Choice((CharClass(((0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)), negated=True),
+                       Sequence((_lit("\\"), Choice((
+                           CharClass(tuple((ord(c), ord(c)) for c in '"\\/bfnrt')),
+                           Sequence((_lit("u"), Repeat(hex_digit, 4, 4)))))))))
+        everything = Repeat(CharClass(((0, 0x10FFFF),)), 0, None)
+        try:
+            dfa = dfa_ops.dfa_from_expr(Repeat(unit, 0, None))
+            for exclude in self.excludes:
+                dfa = dfa_ops.difference(dfa, dfa_ops.dfa_from_expr(
+                    Sequence((everything, _lit(exclude), everything))))
+            bodies = []
+            for name in names:
+                spelled = _string_constant(name)
+                if spelled is not None:
+                    bodies.append(Sequence(tuple(spelled.items[1:-1])) if len(spelled.items) > 2
+                                  else EMPTY)
+            if bodies:
+                dfa = dfa_ops.difference(dfa, dfa_ops.dfa_from_expr(Choice(tuple(bodies))))
+        except dfa_ops.DfaTooLarge as exc:
+            raise GrammarError(f"unsupported option 'excludes' {list(self.excludes)!r}: the "
+                               f"automaton of the strings without them is too large: {exc}") from None
+
+        def define(ref: RuleRef, body: Expr) -> None:
+            self.rules[ref.name] = body
+        body = dfa_to_expr(dfa, lambda ranges: CharClass(tuple(ranges)),
+                           lambda h: RuleRef(self.new_rule(h)), "json_string_excluding",
+                           define_rule=define)
+        body = EMPTY if body is None else body  # never empty: "" contains no (non-empty) exclude
+        self.cache[key] = body
+        return body
+
     # -- helper rules shared by all schemas
     def string_rule(self) -> RuleRef:
         # Any JSON string, lone surrogate escapes included (no length to count).
+        if self.excludes:
+            return self.helper("json_string_excluding", lambda: Sequence((
+                _lit('"'), self.excluded_string_body(), _lit('"'))))
+
         def build():
             char = Choice((CharClass(((0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)), negated=True),
                            Sequence((_lit("\\"), Choice((CharClass(tuple((ord(c), ord(c)) for c in '"\\/bfnrt')),
@@ -470,7 +520,13 @@ class GrammarEmitter:
     def named_string(self, text: str) -> Maybe:
         """A string the schema names (a declared key, an enum/const string): only its canonical
         spelling, so that a model cannot wander off through an escaped one, unless
-        any_string_spelling asks for every spelling (to validate existing text)."""
+        any_string_spelling asks for every spelling (to validate existing text). With
+        ``excludes``, a string whose canonical spelling contains one has no spelling (as
+        XGrammar: such a key or enum/const alternative is left out)."""
+        if self.excludes:
+            spelling = _canonical_spelling(text)
+            if spelling is None or self.contains_excluded(spelling[1:-1]):
+                return None
         return _string_constant(text) if self.any_spelling else _canonical_string(text)
 
     # -- schemas
@@ -645,6 +701,11 @@ class GrammarEmitter:
             return None
         regexes = string_regexes(schema, ptr)
         excluded = schema.get("x-gxg-not-strings", [])
+        if self.excludes and not regexes and (lo or hi is not None or excluded):
+            # XGrammar drops minLength/maxLength (with a warning) and filters the string: that
+            # would accept strings of any length; gxg refuses instead.
+            raise GrammarError(f"unsupported keyword '{'minLength' if lo else 'maxLength' if hi is not None else 'not'}' "
+                               f"at {ptr} together with the structural tag's excludes")
         if not regexes and not excluded:
             if lo == 0 and hi is None:
                 return self.string_rule()
@@ -900,6 +961,9 @@ class GrammarEmitter:
             if value is None:
                 return None
             return self.share(_seq(self.key_excluding(declared), key_sep, value), "extra_member")
+        if self.excludes:
+            raise GrammarError(f"unsupported keyword '{'patternProperties' if patterns else 'propertyNames'}' "
+                               f"at {ptr} together with the structural tag's excludes")
         keys, named = dfa_ops.any_string(), False
         if names_schema is not True:
             keys, named = self.names_dfa(names_schema, f"{ptr}/propertyNames")
@@ -1139,6 +1203,8 @@ class GrammarEmitter:
         """A JSON string (any spelling) whose value is none of ``names``."""
         if not names:
             return self.string_rule()
+        if self.excludes:
+            return Sequence((_lit('"'), self.excluded_string_body(names), _lit('"')))
         trie: dict = {}
         for name in names:
             node = trie

@@ -11,8 +11,9 @@ text from the ``TagDispatch`` macro of ``gxg.grammar.macros``, the rest as plain
 format:
 
 * ``const_string``: the string (``""`` allowed).
-* ``json_schema``: ``Grammar.from_json_schema(schema, any_whitespace=True, strict_mode=True,
-  max_whitespace_cnt=..., any_order=...)``, XGrammar's settings for structural tags.
+* ``json_schema``: ``json_schema_to_grammar(schema, any_whitespace=True, strict_mode=True,
+  max_whitespace_cnt=..., any_order=..., excludes=...)``, XGrammar's settings for structural
+  tags; an XML ``style``: ``gxg.grammar.json_schema_xml.xml_schema_to_grammar``.
 * ``grammar`` / ``regex``: the EBNF grammar (root ``root``, macros allowed) / the regex.
 * ``any_text``: any text; with ``excludes`` — plus the end strings of the nearest enclosing
   ``tag`` (its non-empty ones), wherever the any_text stands below it — free text in which no
@@ -39,8 +40,8 @@ format:
 Refused (GrammarError naming the format): the token-level formats (``token``,
 ``exclude_token``, ``any_tokens``, ``token_triggered_tags``, ``token_dispatch``, a tag whose
 begin or end is a token format, ``any_text`` with ``max_tokens`` > 0) — gxg grammars have no
-token-level items yet; ``json_schema`` with an XML ``style`` or with ``excludes`` — gxg's
-JSON-Schema converter writes neither yet.
+token-level items yet; ``json_schema`` with the style ``minimax_m3_xml`` or ``cohere_xml``
+(recursive XML bodies), and what ``gxg.grammar.json_schema_xml`` refuses.
 
 Where XGrammar would build a TagDispatch whose exclude is a prefix of a trigger (the trigger can
 then never be written: its tags are unreachable), gxg leaves those triggers out, which is the
@@ -54,6 +55,8 @@ from gxg.grammar.code_point_dfa import (
     DEFAULT_MAX_STATES, dfa_from_expr, dfa_to_expr, intersect, length_between,
 )
 from gxg.grammar.combine import rename_refs
+from gxg.grammar.json_schema import json_schema_to_grammar
+from gxg.grammar.json_schema_xml import REFUSED_STYLES as XML_REFUSED_STYLES, xml_schema_to_grammar
 from gxg.grammar.ir import (
     EMPTY, MAX_CODE_POINT, CharClass, Choice, Expr, Grammar, GrammarError, Literal, Repeat, Rule,
     RuleRef, Sequence,
@@ -200,17 +203,25 @@ class _Emitter:
         return self.add("const_string", _lit(fmt.value))
 
     def _JSONSchemaFormat(self, fmt: JSONSchemaFormat, ends) -> str:
+        if fmt.style in XML_REFUSED_STYLES:
+            raise _fail(f"{fmt.path}.style", f"json_schema with style {fmt.style!r} (recursive XML "
+                        "bodies) is not supported by gxg yet")
         if fmt.style != "json":
-            raise _fail(f"{fmt.path}.style", f"json_schema with style {fmt.style!r} (XML "
-                        "parameters) is not supported by gxg yet; only style \"json\" is")
-        if fmt.excludes:
-            raise _fail(f"{fmt.path}.excludes", "json_schema with excludes is not supported by "
-                        "gxg yet")
+            for i, exclude in enumerate(fmt.excludes):
+                if exclude[0] in " \t\n\r" or exclude[-1] in " \t\n\r":
+                    raise _fail(f"{fmt.path}.excludes[{i}]", f"{exclude!r}: XML styles refuse "
+                                "excludes that start or end with whitespace (as XGrammar)")
         try:
-            grammar = Grammar.from_json_schema(fmt.json_schema, any_whitespace=True,
-                                               strict_mode=True,
-                                               max_whitespace_cnt=fmt.max_whitespace_cnt,
-                                               any_order=fmt.any_order)
+            if fmt.style == "json":
+                grammar = json_schema_to_grammar(fmt.json_schema, any_whitespace=True,
+                                                 strict_mode=True,
+                                                 max_whitespace_cnt=fmt.max_whitespace_cnt,
+                                                 any_order=fmt.any_order, excludes=fmt.excludes)
+            else:
+                grammar = xml_schema_to_grammar(fmt.json_schema, fmt.style,
+                                                any_order=fmt.any_order,
+                                                max_whitespace_cnt=fmt.max_whitespace_cnt,
+                                                excludes=fmt.excludes)
         except GrammarError as error:
             raise _fail(f"{fmt.path}.json_schema", str(error)) from None
         return self.embed(grammar, "json_schema")

@@ -1,0 +1,527 @@
+"""JSON Schema as XML tool-call parameters: the ``style`` values of a structural tag's
+``json_schema`` format other than ``"json"`` (XGrammar 0.2.8), and the deprecated
+``qwen_xml_parameter`` format (``style="qwen_xml"``).
+
+In:  ``xml_schema_to_grammar(schema, style, *, any_order=False, max_whitespace_cnt=None,
+     excludes=())``; ``schema`` as ``gxg.grammar.json_schema`` takes it.
+Out: a ``Grammar`` (root rule ``root``), or a ``GrammarError`` naming the style, the keyword and
+     the JSON pointer of what is refused.
+
+The semantics are XGrammar 0.2.8's (``XMLToolCallingConverter`` in its
+``cpp/json_schema_converter_ext.cc`` / ``converter_ext/xml_tool_calling.cc``; checked against
+the installed package's grammars). A tool call's arguments (the root schema, an object) are a
+list of parameters, one per member; each parameter is
+
+    KEY_PREFIX name KEY_SUFFIX [ws VALUE_PREFIX] value PARAMETER_SUFFIX
+
+=================== ================================ ======================= ==================
+style               KEY_PREFIX                       KEY_SUFFIX              PARAMETER_SUFFIX
+=================== ================================ ======================= ==================
+qwen_xml            ``<parameter=``                  ``>``                   ``</parameter>``
+minimax_xml         ``<parameter name="``            ``">``                  ``</parameter>``
+deepseek_xml        ``<｜DSML｜parameter name="``     ``" string="S">``       ``</｜DSML｜parameter>``
+deepseek_v4_1_xml   ``<｜DSML｜ parameter name="``    ``" string="S">``       ``</｜DSML｜ parameter>``
+glm_xml             ``<arg_key>``                    ``</arg_key>``          ``</arg_value>``
+kimi_k3_xml         ``<|open|>argument key="``       ``" type="T"<|sep|>``   ``<|close|>argument<|sep|>``
+=================== ================================ ======================= ==================
+
+(glm_xml's VALUE_PREFIX is ``<arg_value>``, the others have none.) ``ws`` is JSON whitespace
+``[ \\n\\r\\t]*`` (at most ``max_whitespace_cnt`` characters). The arguments are ``ws`` before,
+between and after the parameters (``ws`` alone when none is required).
+
+* Members: the declared properties in ``properties`` order (optional ones may be left out,
+  required ones must appear), then additional properties (``additionalProperties``; by strict
+  mode, only when ``properties`` is absent or ``additionalProperties`` says so), whose names are
+  ``[a-zA-Z_][a-zA-Z0-9_]*`` (declared names not excluded, as XGrammar). A declared name is
+  written as it is (kimi_k3_xml escapes ``&`` and ``"`` as ``&amp;`` / ``&quot;``).
+  ``any_order=True``: parameters in any order, each a declared or additional one, at least as
+  many as there are required properties; presence and uniqueness are not checked (XGrammar's
+  meaning of ``any_order``; this accepts arguments that miss a required property, and is
+  announced with a ``JsonSchemaRelaxationWarning`` when the object requires something).
+  The root schema ``true`` / ``{}`` / ``{"type": "object"}`` is any parameter list; an
+  ``anyOf``/``oneOf`` of object schemas at the root is the choice of their parameter lists.
+* Values: a string without ``pattern``/``format``/length is raw text up to the first
+  PARAMETER_SUFFIX (``TagDispatch`` free text that excludes it and the ``excludes``); a string
+  with ``pattern`` (matched in full, as XGrammar), a known ``format`` (gxg's regular language
+  of it, ``gxg.grammar.json_formats``), or ``minLength``/``maxLength`` (any code points, the
+  suffix not excluded, as XGrammar) is that raw text between ``ws``; ``enum``/``const`` values
+  are raw text: strings as they are, other values as XGrammar's JSON serializer writes them
+  (compact; numbers as picojson prints doubles: ``1.0`` is ``1``, ``0.1`` is
+  ``0.10000000000000001``) between ``ws``; integers, numbers, booleans, null, arrays and objects
+  are JSON (gxg's JSON Schema converter with the structural-tag settings, so its documented
+  narrowings hold inside them) between ``ws``; a schema with no assertion is raw text or a
+  JSON array or object; ``anyOf``/``oneOf``/type lists are the choice of their branches.
+* deepseek styles: ``S`` is ``true`` before a string value (raw text, no ``ws`` around it) and
+  ``false`` before any other value (between ``ws``); a value that may be either has both forms.
+* kimi_k3_xml: ``T`` is the value's type as the schema pins it (``string``; ``number`` for
+  integers and numbers; ``boolean``, ``null``, ``array``, ``object``; an enum/const whose values
+  share one type: that type); otherwise (``$ref``, combinators, type lists, mixed enums, no
+  schema) any of ``string number integer boolean object array null``.
+* ``excludes``: substrings that no free string may contain as written: raw string values,
+  additional parameter names, JSON strings nested in values and their keys; declared names and
+  enum/const alternatives that contain one are left out. Refused: an exclude that starts or ends
+  with whitespace (XGrammar refuses it too).
+
+Refused (``GrammarError``): the styles ``minimax_m3_xml`` and ``cohere_xml`` (recursive XML
+bodies, not implemented in gxg), a root that is not an object schema, and at the root
+``patternProperties``, ``propertyNames``, ``minProperties``, ``maxProperties``,
+``unevaluatedProperties``, a ``required`` name missing from ``properties``, an enum/const; for a
+string parameter: two of ``pattern``/``format``/lengths together (XGrammar honours only one),
+an unknown ``format``, lengths with ``excludes`` (XGrammar drops them), complements of strings;
+a parameter schema with assertions but no ``type``; an enum/const number that picojson would
+print differently from its value's type (integers beyond 64 bits are printed as doubles, as
+XGrammar does).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, List, Optional, Sequence as Seq, Tuple
+
+from gxg.grammar import code_point_dfa as dfa_ops
+from gxg.grammar.combine import rename_refs
+from gxg.grammar.ir import (CharClass, Choice, Expr, Grammar, GrammarError, Literal, Repeat,
+                            RuleRef, Sequence)
+from gxg.grammar.json_schema_analysis import (
+    MERGE_BUDGET, JsonSchemaRelaxationWarning, SchemaAnalysis, asserts, check_keyword_types,
+    count, declared_types, deep_recursion, escape_token, load_schema, string_regexes,
+)
+from gxg.grammar.json_schema_emission import (
+    MAX_EXACT_BOUND, GrammarEmitter, _alt, _canonical_spelling, make_format,
+)
+from gxg.grammar.macros import MacroCall, MacroError, MacroKeyword, MacroValue, expand_macro
+
+__all__ = ["XML_STYLES", "xml_schema_to_grammar"]
+
+XML_STYLES = ("qwen_xml", "minimax_xml", "minimax_m3_xml", "deepseek_xml", "glm_xml",
+              "cohere_xml", "kimi_k3_xml", "deepseek_v4_1_xml")
+REFUSED_STYLES = ("minimax_m3_xml", "cohere_xml")
+# key prefix, key suffix, value prefix, parameter suffix (XGrammar's XMLWrapper)
+_WRAPPERS = {
+    "qwen_xml": ("<parameter=", ">", "", "</parameter>"),
+    "minimax_xml": ('<parameter name="', '">', "", "</parameter>"),
+    "deepseek_xml": ('<\uff5cDSML\uff5cparameter name="', "", "", "</\uff5cDSML\uff5cparameter>"),
+    "deepseek_v4_1_xml": ('<\uff5cDSML\uff5c parameter name="', "", "",
+                          "</\uff5cDSML\uff5c parameter>"),
+    "glm_xml": ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
+    "kimi_k3_xml": ('<|open|>argument key="', "", "", "<|close|>argument<|sep|>"),
+}
+_KIMI_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
+_PADDING = " \t\n\r"
+_OBJECT_KEYWORDS_REFUSED = ("patternProperties", "propertyNames", "minProperties",
+                            "maxProperties", "unevaluatedProperties", "unevaluatedItems")
+
+
+def _lit(text: str) -> Literal:
+    return Literal(text.encode("utf-8"))
+
+
+def picojson_text(value: Any, ptr: str) -> str:
+    """``value`` as XGrammar's JSON serializer (picojson) writes it: compact, strings in the
+    canonical spelling, integers within 64 bits as integers, other numbers as doubles
+    (``%.f`` when integral and below 2**53, else ``%.17g``)."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int) and -2 ** 63 <= value < 2 ** 63:
+        return str(value)
+    if isinstance(value, (int, float)):
+        number = float(value)
+        if not math.isfinite(number):
+            raise GrammarError(f"enum/const value {value!r} at {ptr} is no JSON number")
+        if number == 0:
+            return "0"  # XGrammar prints -0.0 as 0
+        if abs(number) < 2 ** 53 and number.is_integer():
+            return "%.f" % number
+        return "%.17g" % number
+    if isinstance(value, str):
+        spelling = _canonical_spelling(value)
+        if spelling is None:
+            raise GrammarError(f"enum/const string at {ptr} holds a lone surrogate")
+        return spelling
+    if isinstance(value, list):
+        return "[" + ",".join(picojson_text(v, ptr) for v in value) + "]"
+    return "{" + ",".join(picojson_text(k, ptr) + ":" + picojson_text(v, ptr)
+                          for k, v in value.items()) + "}"
+
+
+def _json_type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+class _Whitespace:
+    """The member format of the parameter list (for ``GrammarEmitter.object_body``): whitespace
+    before, between and after the parameters, whitespace alone for none."""
+
+    def __init__(self, ws: Expr):
+        self.ws = ws
+
+    def open(self, bracket: str, depth: int) -> Expr:
+        return self.ws
+
+    close = open
+
+    def item(self, depth: int) -> Expr:
+        return self.ws
+
+    def empty(self, pair: str) -> Expr:
+        return self.ws
+
+
+class _Branch:
+    """One way a parameter value may be written: ``string`` (a string value: raw text),
+    ``plain`` (exactly the unconstrained raw text), its expression."""
+
+    def __init__(self, expr: Expr, string: bool, plain: bool = False):
+        self.expr, self.string, self.plain = expr, string, plain
+
+
+def xml_schema_to_grammar(schema: Any, style: str, *, any_order: bool = False,
+                          max_whitespace_cnt: Optional[int] = None,
+                          excludes: Seq[str] = ()) -> Grammar:
+    """The Grammar of the tool-call arguments ``schema`` describes, written in ``style`` (see
+    the module docstring)."""
+    if style in REFUSED_STYLES:
+        raise GrammarError(f"json_schema style {style!r} (recursive XML bodies) is not supported "
+                           f"by gxg yet")
+    if style not in _WRAPPERS:
+        raise GrammarError(f"unknown XML style {style!r}")
+    for exclude in excludes:
+        if not exclude:
+            raise GrammarError("an exclude must be a non-empty string")
+        if exclude[0] in _PADDING or exclude[-1] in _PADDING:
+            raise GrammarError(f"exclude {exclude!r}: XML styles refuse excludes that start or end "
+                               f"with whitespace (as XGrammar)")
+    root = load_schema(schema)
+    if root is False:
+        raise GrammarError("schema 'false' at # matches nothing")
+    check_keyword_types(root)
+    fmt = make_format(True, None, None, max_whitespace_cnt)
+    with deep_recursion():
+        schemas = SchemaAnalysis(root, True, True)
+        json = GrammarEmitter(schemas, fmt, any_order, False, excludes)
+        writer = _XmlWriter(json, style, any_order, tuple(excludes))
+        return json.grammar(writer.arguments(root, "#"))
+
+
+class _XmlWriter:
+    def __init__(self, json: GrammarEmitter, style: str, any_order: bool, excludes: Tuple[str, ...]):
+        self.json = json
+        self.schemas: SchemaAnalysis = json.schemas
+        self.style = style
+        self.any_order = any_order
+        self.excludes = excludes
+        self.key_prefix, self.key_suffix, self.value_prefix, self.suffix = _WRAPPERS[style]
+        self.deepseek = style in ("deepseek_xml", "deepseek_v4_1_xml")
+        self.kimi = style == "kimi_k3_xml"
+        self.ws: Expr = json.fmt.ws
+        self.names: dict = {}
+
+    # -- shared rules
+    def xml_string(self) -> Expr:
+        """Raw text without the parameter suffix and the excludes (XGrammar's ``xml_string``:
+        ``TagDispatch(loop_after_dispatch=false, excludes=(...))``)."""
+        if "xml_string" in self.names:
+            return self.names["xml_string"]
+        excludes = list(dict.fromkeys([*self.excludes, self.suffix]))
+        call = MacroCall("TagDispatch", (), (
+            MacroKeyword("loop_after_dispatch", MacroValue("boolean", False, 0), 0),
+            MacroKeyword("excludes", MacroValue(
+                "tuple", tuple(MacroValue("string", text, 0) for text in excludes), 0), 0),
+        ), 0, 0)
+        try:
+            expansion = expand_macro(call, self.json.new_rule)
+        except MacroError as error:  # pragma: no cover - the call is well formed
+            raise GrammarError(f"cannot build the raw string: {error.message}") from None
+        for rule in expansion.rules:
+            self.json.rules[rule.name] = rule.body
+        name = self.json.new_rule("xml_string")
+        self.json.rules[name] = expansion.expr
+        self.names["xml_string"] = RuleRef(name)
+        return self.names["xml_string"]
+
+    def variable_name(self) -> Expr:
+        """The name of an additional parameter: ``[a-zA-Z_][a-zA-Z0-9_]*`` without excludes."""
+        if "variable_name" in self.names:
+            return self.names["variable_name"]
+        first = CharClass(((0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)))
+        rest = CharClass(((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)))
+        expr: Optional[Expr] = Sequence((first, Repeat(rest, 0, None)))
+        if self.excludes:
+            anything = Repeat(CharClass(((0, 0x10FFFF),)), 0, None)
+            dfa = dfa_ops.dfa_from_expr(expr)
+            for exclude in self.excludes:
+                dfa = dfa_ops.difference(dfa, dfa_ops.dfa_from_expr(
+                    Sequence((anything, _lit(exclude), anything))))
+    
+            def define(ref, body):
+                self.json.rules[ref.name] = body
+            expr = dfa_ops.dfa_to_expr(dfa, lambda ranges: CharClass(tuple(ranges)),
+                                       lambda hint: RuleRef(self.json.new_rule(hint)),
+                                       "xml_variable_name", define_rule=define)
+        self.names["variable_name"] = None if expr is None else self.json.share(expr, "xml_variable_name")
+        return self.names["variable_name"]
+
+    def excluded(self, text: str) -> bool:
+        return any(exclude in text for exclude in self.excludes)
+
+    def excluded_value(self, value: Any) -> bool:
+        """Whether an enum/const alternative is left out: a string that holds an exclude (as
+        raw text), or an array/object with a string or key whose JSON spelling holds one
+        (numbers, booleans and null are never filtered, as XGrammar)."""
+        if isinstance(value, str):
+            return self.excluded(value)
+        if isinstance(value, list):
+            return any(self.excluded_nested(v) for v in value)
+        if isinstance(value, dict):
+            return any(self.excluded_nested(k) or self.excluded_nested(v) for k, v in value.items())
+        return False
+
+    def excluded_nested(self, value: Any) -> bool:
+        if isinstance(value, str):
+            spelling = _canonical_spelling(value)
+            return spelling is not None and self.excluded(spelling[1:-1])
+        return self.excluded_value(value)
+
+    # -- the arguments (XGrammar's level 0)
+    def arguments(self, schema: Any, ptr: str) -> Optional[Expr]:
+        flat = self.schemas.normal(schema, ptr, [MERGE_BUDGET])
+        if flat is False:
+            return None
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in flat:
+                return _alt(*[self.arguments(branch, f"{ptr}/{keyword}/{i}")
+                              for i, branch in enumerate(self.branches(flat, keyword, ptr))])
+        if "enum" in flat or "const" in flat:
+            raise self.refuse("enum" if "enum" in flat else "const", ptr,
+                              "the arguments must be an object schema")
+        if "type" in flat:
+            if declared_types(flat, ptr) != ["object"]:
+                raise self.refuse("type", ptr, "the arguments must be an object schema "
+                                  "(type 'object')")
+        elif asserts(flat):
+            others = [k for k in flat if k not in ("properties", "required", "additionalProperties")]
+            if others:
+                raise self.refuse(others[0], ptr, "the arguments must be an object schema "
+                                  "(type 'object')")
+        return self.parameter_list(flat, ptr)
+
+    def branches(self, flat: dict, keyword: str, ptr: str) -> list:
+        """The branches of an anyOf/oneOf (a oneOf made disjoint, or relaxed as gxg's JSON
+        converter does), each merged with the sibling assertions."""
+        subs = flat[keyword]
+        if not subs:
+            raise GrammarError(f"'{keyword}' at {ptr} must be a non-empty list")
+        siblings = {k: v for k, v in flat.items() if k != keyword}
+        if keyword == "oneOf":
+            disjoint = self.schemas.disjoint_one_of(subs, ptr)
+            if disjoint is None:
+                self.schemas.relax_one_of(ptr)
+            subs = subs if disjoint is None else disjoint
+        if asserts(siblings):
+            return [self.schemas.merge(siblings, sub, f"{ptr}/{keyword}/{i}")
+                    for i, sub in enumerate(subs)]
+        return list(subs)
+
+    def refuse(self, keyword: str, ptr: str, why: str) -> GrammarError:
+        return GrammarError(f"unsupported keyword '{keyword}' at {ptr} in style "
+                            f"{self.style!r}: {why}")
+
+    def parameter_list(self, flat: dict, ptr: str) -> Optional[Expr]:
+        for keyword in _OBJECT_KEYWORDS_REFUSED:
+            if keyword in flat:
+                raise self.refuse(keyword, ptr, "not supported for the parameter list")
+        properties = flat.get("properties", {})
+        required = list(dict.fromkeys(flat.get("required", [])))
+        missing = [name for name in required if name not in properties]
+        if missing:
+            raise self.refuse("required", ptr, f"the required name {missing[0]!r} is not in "
+                              f"'properties' (XGrammar mishandles it)")
+        extra_schema = flat.get("additionalProperties", not properties)
+        members: List[Tuple[Expr, bool]] = []
+        for name, sub in properties.items():
+            where = f"{ptr}/properties/{escape_token(name)}"
+            member = self.parameter(name, sub, where)
+            if member is None:
+                if name in required:
+                    return None
+                continue
+            members.append((member, name in required))
+        extra = None
+        if extra_schema is not False:
+            extra = self.json.share(self.parameter(None, extra_schema,
+                                                   f"{ptr}/additionalProperties"),
+                                    "xml_additional_parameter")
+        if self.any_order:
+            return self.any_order_list(members, extra, ptr)
+        saved, self.json.fmt = self.json.fmt, _Whitespace(self.ws)
+        try:
+            return self.json.object_body(members, extra, 0, None, 0)
+        finally:
+            self.json.fmt = saved
+
+    def any_order_list(self, members: List[Tuple[Expr, bool]], extra: Optional[Expr],
+                       ptr: str) -> Optional[Expr]:
+        """XGrammar's any_order: ``ws item (ws item)* ws`` with at least as many items as
+        required members, each item any declared or additional parameter."""
+        needed = sum(1 for _, required in members if required)
+        if needed:
+            warnings.warn(f"any_order at {ptr} in style {self.style!r}: parameters in any order "
+                          f"without presence or uniqueness checks (XGrammar's meaning), so a "
+                          f"required parameter may be missing", JsonSchemaRelaxationWarning,
+                          stacklevel=5)
+        items = [expr for expr, _ in members] + ([extra] if extra is not None else [])
+        if not items:
+            return None if needed else self.ws
+        item = self.json.share(_alt(*items), "xml_item")
+        nonempty = Sequence((self.ws, item, Repeat(Sequence((self.ws, item)), max(0, needed - 1),
+                                                   None), self.ws))
+        return nonempty if needed else Choice((nonempty, self.ws))
+
+    # -- one parameter (XGrammar's level 1)
+    def parameter(self, name: Optional[str], schema: Any, ptr: str) -> Optional[Expr]:
+        """``KEY_PREFIX name KEY_SUFFIX value SUFFIX``; ``name`` None: an additional one."""
+        if name is None:
+            variable = self.variable_name()
+            if variable is None:
+                return None
+            key: Expr = Sequence((_lit(self.key_prefix), variable))
+        else:
+            written = name
+            if self.kimi:
+                written = name.replace("&", "&amp;").replace('"', "&quot;")
+            if self.excluded(written):
+                return None
+            key = _lit(self.key_prefix + written)
+        branches = self.value(schema, ptr)
+        if not branches:
+            return None
+        suffix = _lit(self.suffix)
+        if self.deepseek:
+            strings = [b.expr for b in branches if b.string]
+            others = [b.expr for b in branches if not b.string]
+            forms = []
+            if strings:
+                forms.append(Sequence((key, _lit('" string="true">'), _alt(*strings), suffix)))
+            if others:
+                forms.append(Sequence((key, _lit('" string="false">'), self.ws, _alt(*others),
+                                       self.ws, suffix)))
+            return _alt(*forms)
+        head: List[Expr] = [key]
+        if self.kimi:
+            pinned = self.kimi_type(schema)
+            head += [_lit('" type="'),
+                     _lit(pinned) if pinned else Choice(tuple(_lit(t) for t in _KIMI_TYPES)),
+                     _lit('"<|sep|>')]
+        else:
+            head.append(_lit(self.key_suffix))
+        if self.value_prefix:
+            head += [self.ws, _lit(self.value_prefix)]
+        if len(branches) == 1 and branches[0].plain:
+            return Sequence((*head, branches[0].expr, suffix))
+        return Sequence((*head, self.ws, _alt(*[b.expr for b in branches]), self.ws, suffix))
+
+    def kimi_type(self, schema: Any) -> Optional[str]:
+        """The type attribute XGrammar pins for a declared schema (KimiK3TypeAttr), or None."""
+        if not isinstance(schema, dict):
+            return None
+        if any(k in schema for k in ("$ref", "anyOf", "oneOf", "allOf", "not", "if")):
+            return None
+        if "const" in schema:
+            return _json_type_name(schema["const"])
+        if "enum" in schema:
+            names = {_json_type_name(v) for v in schema["enum"]}
+            return names.pop() if len(names) == 1 else None
+        declared = schema.get("type")
+        if isinstance(declared, str):
+            return "number" if declared == "integer" else declared
+        return None
+
+    def value(self, schema: Any, ptr: str) -> List[_Branch]:
+        flat = self.schemas.normal(schema, ptr, [MERGE_BUDGET])
+        if flat is False:
+            return []
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in flat:
+                out: List[_Branch] = []
+                for i, branch in enumerate(self.branches(flat, keyword, ptr)):
+                    out += self.value(branch, f"{ptr}/{keyword}/{i}")
+                return out
+        if "enum" in flat or "const" in flat:
+            out = []
+            for v in self.schemas.enum_values(flat, ptr):
+                text = v if isinstance(v, str) else picojson_text(v, ptr)
+                if not self.excluded_value(v):
+                    out.append(_Branch(_lit(text), isinstance(v, str)))
+            return out
+        if not asserts(flat):
+            if self.deepseek:
+                rest = self.json.schema({"type": ["number", "boolean", "null", "array", "object"]},
+                                        ptr, 0)
+                return [_Branch(self.xml_string(), True, True), _Branch(rest, False)]
+            out = [_Branch(self.xml_string(), True, True)]
+            for kind in ("array", "object"):
+                expr = self.json.schema({"type": kind}, ptr, 0)
+                if expr is not None:
+                    out.append(_Branch(expr, False))
+            return out
+        if "type" not in flat:
+            first = next(k for k in flat)
+            raise self.refuse(first, ptr, "a parameter schema with assertions but no 'type'")
+        out = []
+        for type_name in declared_types(flat, ptr):
+            if type_name == "string":
+                branch = self.string_value(flat, ptr)
+                if branch is not None:
+                    out.append(branch)
+                continue
+            expr = self.json.typed(flat, type_name, ptr, 0)
+            if expr is not None:
+                out.append(_Branch(expr, False))
+        return out
+
+    def string_value(self, flat: dict, ptr: str) -> Optional[_Branch]:
+        for keyword in ("x-gxg-not-strings", "x-gxg-regexes"):
+            if keyword in flat:
+                raise self.refuse("not", ptr, "complements of strings are not supported")
+        lo = count(flat, "minLength", ptr, 0)
+        hi = count(flat, "maxLength", ptr, None)
+        regexes = string_regexes(flat, ptr)
+        if "format" in flat and not any(r[3] == "format" for r in regexes):
+            raise self.refuse("format", ptr, f"unknown format {flat['format']!r} (XGrammar "
+                              f"would accept any text there)")
+        constraints = [r[3] for r in regexes] + (["minLength/maxLength"] if lo or hi is not None
+                                                 else [])
+        if not constraints:
+            return _Branch(self.xml_string(), True, True)
+        if len(constraints) > 1:
+            raise self.refuse(constraints[1], ptr, f"together with {constraints[0]!r} "
+                              f"(XGrammar honours only one of them)")
+        if regexes:
+            regex, _, _, keyword = regexes[0]
+            grammar = self.schemas.regex_grammar(regex, False, keyword, ptr)
+            mapping = {rule.name: self.json.new_rule("xml_" + keyword) for rule in grammar.rules}
+            for rule in grammar.rules:
+                self.json.rules[mapping[rule.name]] = rename_refs(rule.body, mapping)
+                return _Branch(RuleRef(mapping[grammar.root_rule_name]), True)
+        if self.excludes:
+            raise self.refuse("minLength" if lo else "maxLength", ptr,
+                              "string lengths together with excludes (XGrammar drops the lengths)")
+        if lo > MAX_EXACT_BOUND or (hi is not None and hi > MAX_EXACT_BOUND):
+            raise self.refuse("minLength" if lo > MAX_EXACT_BOUND else "maxLength", ptr,
+                              f"a length bound above {MAX_EXACT_BOUND}")
+        if hi is not None and hi < lo:
+            return None
+        return _Branch(self.json.share(Repeat(CharClass(((0, 0x10FFFF),)), lo, hi),
+                                       "xml_string_characters"), True)

@@ -1,0 +1,283 @@
+"""Structural tags' json_schema XML styles and json_schema.excludes (gxg.grammar.json_schema_xml),
+specification-style: per style, tables of (schema, argument sets) rendered as that style writes
+them, plus whitespace variants and mutations (stable seeds: zlib.crc32), checked through gxg's
+full CPU pipeline and, when installed, through XGrammar 0.2.8; then the refusals."""
+from __future__ import annotations
+
+import json
+import random
+import warnings
+import zlib
+
+import pytest
+
+from gxg.grammar.ir import Grammar, GrammarError
+from xgrammar_oracle import gxg_accepts, needs_xgrammar, xgr_accepts
+
+DS = "\uff5cDSML\uff5c"
+STYLES = ["qwen_xml", "minimax_xml", "deepseek_xml", "deepseek_v4_1_xml", "glm_xml",
+          "kimi_k3_xml"]
+
+
+def _tag(schema, style, **options) -> str:
+    return json.dumps({"type": "structural_tag", "format": {
+        "type": "json_schema", "json_schema": schema, "style": style, **options}})
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _kimi_type(value) -> str:
+    return {str: "string", bool: "boolean", int: "number", float: "number", list: "array",
+            dict: "object", type(None): "null"}[type(value)]
+
+
+def render(style: str, args: dict) -> str:
+    """The arguments as the style writes them (strings raw, other values as JSON)."""
+    out = []
+    for key, value in args.items():
+        text = _text(value)
+        flag = "true" if isinstance(value, str) else "false"
+        if style == "qwen_xml":
+            out.append(f"<parameter={key}>{text}</parameter>")
+        elif style == "minimax_xml":
+            out.append(f'<parameter name="{key}">{text}</parameter>')
+        elif style == "deepseek_xml":
+            out.append(f'<{DS}parameter name="{key}" string="{flag}">{text}</{DS}parameter>')
+        elif style == "deepseek_v4_1_xml":
+            out.append(f'<{DS} parameter name="{key}" string="{flag}">{text}</{DS} parameter>')
+        elif style == "glm_xml":
+            out.append(f"<arg_key>{key}</arg_key><arg_value>{text}</arg_value>")
+        else:
+            out.append(f'<|open|>argument key="{key}" type="{_kimi_type(value)}"<|sep|>{text}'
+                       f"<|close|>argument<|sep|>")
+    return "\n".join(out)
+
+
+def mutations(text: str, count: int):
+    rng = random.Random(zlib.crc32(text.encode()))
+    alphabet = sorted(set(text)) + list(' "<>/=1a\n{}[],')
+    for _ in range(count):
+        chars = list(text)
+        for _ in range(rng.randint(1, 2)):
+            op, i = rng.randrange(3), rng.randrange(len(chars) + 1)
+            if op == 0 and i < len(chars):
+                del chars[i]
+            elif op == 1:
+                chars.insert(i, rng.choice(alphabet))
+            elif i < len(chars):
+                chars[i] = rng.choice(alphabet)
+        yield "".join(chars)
+
+
+PERSON = {"type": "object", "required": ["name", "age"], "properties": {
+    "name": {"type": "string"}, "age": {"type": "integer"},
+    "tags": {"type": "array", "items": {"type": "string"}},
+    "address": {"type": "object", "required": ["city"],
+                "properties": {"city": {"type": "string"}, "zip": {"type": "integer"}}}}}
+VALUES = {"type": "object", "properties": {
+    "e": {"enum": ["x", 1, 1.5, True, None, [1, "a"], {"k": "v"}]}, "c": {"const": "hi"},
+    "u": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+    "n": {"type": ["number", "null"]}, "any": {}, "f": {"enum": [0.1, 2.0]}}}
+STRINGS = {"type": "object", "properties": {
+    "p": {"type": "string", "pattern": "^a+b$"},
+    "l": {"type": "string", "minLength": 2, "maxLength": 3},
+    "d": {"type": "string", "format": "date"}, "b": {"type": "boolean"}, "z": {"type": "null"}}}
+EXTRA = {"type": "object", "properties": {"a": {"type": "integer"}},
+         "additionalProperties": {"type": "string"}}
+REFS = {"type": "object", "$defs": {
+    "s": {"type": "string"},
+    "node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+    "properties": {"a": {"$ref": "#/$defs/s"}, "r": {"$ref": "#/$defs/node"}}}
+EXCLUDED = {"type": "object", "additionalProperties": {"type": "integer"}, "properties": {
+    "s": {"type": "string"}, "xab": {"type": "integer"}, "e": {"enum": ["zab", "q", ["ab"]]},
+    "arr": {"type": "array", "items": {"type": "string"}},
+    "o": {"type": "object", "properties": {"kab": {"type": "integer"}, "k": {"type": "string"}}},
+    "any": {}}}
+ORDER = {"type": "object", "required": ["b"], "additionalProperties": {"type": "string"},
+         "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
+
+# (schema, options, argument sets: valid and invalid ones alike; the oracle decides)
+CASES = {
+    "person": (PERSON, {}, [
+        {"name": "Bob", "age": 3}, {"name": "B o\nb", "age": -1, "tags": ["a", "b"],
+                                    "address": {"city": "x", "zip": 1}},
+        {"age": 3}, {"name": "x", "age": 1.5}, {"name": "x", "age": 1, "zz": 1},
+        {"age": 3, "name": "x"}, {"name": "a</parameter>", "age": 1},
+        {"name": "x", "age": 1, "address": {"zip": 1}}]),
+    "values": (VALUES, {}, [
+        {"e": "x"}, {"e": 1, "c": "hi"}, {"e": [1, "a"]}, {"e": {"k": "v"}}, {"e": True},
+        {"e": None}, {"u": "s"}, {"u": 5}, {"n": None}, {"n": 2.5e3}, {"any": "t"},
+        {"any": [1, {"a": None}]}, {"any": {"q": 1}}, {"any": 3}, {"c": "ho"}, {"e": "y"},
+        {"f": "0.10000000000000001"}, {"f": 0.1}, {"f": 2}, {"f": 2.0}]),
+    "strings": (STRINGS, {}, [
+        {"p": "aab"}, {"p": "b"}, {"p": "xaab"}, {"l": "ab"}, {"l": "abcd"}, {"l": "a"},
+        {"d": "2024-01-31"}, {"d": "2024-1-31"}, {"b": True}, {"b": "yes"}, {"z": None}]),
+    "extra": (EXTRA, {}, [
+        {"a": 1, "b": "x"}, {"b": "x", "c": "y"}, {"a": 1, "_b9": "x"}, {"a": 1, "9b": "x"},
+        {"b": "x", "a": 1}, {"a": "x"}]),
+    "anything": (True, {}, [{}, {"a": "x", "b": [1]}, {"a": {"x": 1}}, {"a-b": 1}]),
+    "any_of_objects": ({"anyOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]}, {},
+        [{"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {}]),
+    "refs": (REFS, {}, [{"a": "s"}, {"r": {"next": {"next": {}}}}, {"r": {"next": 1}},
+                        {"a": 1}]),
+    "excludes": (EXCLUDED, {"excludes": ["ab"]}, [
+        {"s": "xy"}, {"s": "xaby"}, {"s": "a b"}, {"e": "q"}, {"e": "zab"}, {"arr": ["ab"]},
+        {"arr": ["a\\u0062"]}, {"arr": ["a", "b"]}, {"o": {"k": "ab"}}, {"o": {"k": "x"}},
+        {"cab": 1}, {"c": 1}, {"any": {"ab": 1}}, {"any": ["xab"]}, {"any": "ab"},
+        {"xab": 1}]),
+    "excluded_values": ({"type": "object", "properties": {
+        "a": {"enum": [12, 3, True, "x2", "trx", [2], {"k": 2}, ["2"], {"k2": 1}]}}},
+        {"excludes": ["2", "tr"]}, [{"a": v} for v in (12, 3, True, "x2", "trx", [2], {"k": 2},
+                                                      ["2"], {"k2": 1})]),
+    "any_order": (ORDER, {"any_order": True}, [
+        {"b": "x"}, {"a": 1, "b": "x"}, {"b": "x", "a": 1}, {"a": 1}, {"zz": "q", "a": 1}, {}]),
+    "whitespace": ({"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}}},
+        {"max_whitespace_cnt": 2}, [{"a": 1}, {"a": 1, "b": [1, 2]}, {"b": []}]),
+    "names": ({"type": "object", "$defs": {"i": {"type": "integer"}}, "properties": {
+        'a"&b': {"type": "integer"}, "m": {"enum": ["x", 1]}, "r": {"$ref": "#/$defs/i"}}},
+        {}, [{'a"&b': 1}, {"a&quot;&amp;b": 1}, {"m": "x"}, {"m": 1}, {"r": 3}]),
+}
+
+
+def strings_for(style: str, docs, mutated: int):
+    texts = [render(style, doc) for doc in docs]
+    texts += [text.replace("\n", "\n  \n") for text in texts]
+    texts += ["  " + text + "\n " for text in texts[:len(docs)]]
+    texts += [m for text in texts[:len(docs)] for m in mutations(text, mutated)]
+    return list(dict.fromkeys(texts))
+
+
+def _run(source: str, texts):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [gxg_accepts("structural_tag", source, text) for text in texts]
+
+
+@needs_xgrammar
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_style_matches_xgrammar(style, case):
+    schema, options, docs = CASES[case]
+    source = _tag(schema, style, **options)
+    texts = strings_for(style, docs, 4)
+    ours = _run(source, texts)
+    theirs = [xgr_accepts("structural_tag", source, text) for text in texts]
+    differing = [(t, o, x) for t, o, x in zip(texts, ours, theirs) if o != x]
+    assert not differing, differing[:5]
+    assert any(ours), "the table should hold accepted strings"
+
+
+# (style, schema, options, accepted, rejected): the specification without the oracle.
+SPEC = [
+    ("qwen_xml", PERSON, {}, ["<parameter=name>\nBob\n</parameter>\n<parameter=age>\n3\n"
+                              "</parameter>\n",
+                              '<parameter=name>x</parameter><parameter=age>1</parameter>'
+                              '<parameter=address>{"city": "P"}</parameter>'],
+     ["<parameter=age>3</parameter><parameter=name>x</parameter>",
+      "<parameter=name>x</parameter><parameter=age>\"3\"</parameter>",
+      "<parameter=name>a</parameter>b</parameter><parameter=age>1</parameter>"]),
+    ("minimax_xml", EXTRA, {}, ['<parameter name="a">1</parameter><parameter name="q">x'
+                                "</parameter>"],
+     # (a declared name is also a valid additional name, as XGrammar: "a" with a string value
+     # is an additional parameter)
+     ['<parameter name="a-b">x</parameter>', '<parameter name="1q">x</parameter>',
+      '<parameter name="q">1</parameter>x']),
+    ("deepseek_xml", VALUES, {}, [f'<{DS}parameter name="u" string="true">s</{DS}parameter>',
+                                  f'<{DS}parameter name="u" string="false"> 5 </{DS}parameter>'],
+     [f'<{DS}parameter name="u" string="false">s</{DS}parameter>']),
+    ("deepseek_v4_1_xml", PERSON, {}, [f'<{DS} parameter name="name" string="true">x'
+                                       f'</{DS} parameter><{DS} parameter name="age" '
+                                       f'string="false">1</{DS} parameter>'], ["x"]),
+    ("glm_xml", STRINGS, {}, ["<arg_key>p</arg_key>\n<arg_value>aab</arg_value>",
+                              "<arg_key>d</arg_key><arg_value> 2024-02-29 </arg_value>"],
+     ["<arg_key>p</arg_key><arg_value>ba</arg_value>"]),
+    ("kimi_k3_xml", VALUES, {}, ['<|open|>argument key="e" type="string"<|sep|>x'
+                                 "<|close|>argument<|sep|>",
+                                 '<|open|>argument key="c" type="string"<|sep|>hi'
+                                 "<|close|>argument<|sep|>"],
+     ['<|open|>argument key="c" type="number"<|sep|>hi<|close|>argument<|sep|>']),
+    ("qwen_xml", EXCLUDED, {"excludes": ["ab"]}, ["<parameter=s>xy</parameter>",
+                                                  '<parameter=arr>["a", "b"]</parameter>'],
+     ["<parameter=s>xaby</parameter>", '<parameter=arr>["ab"]</parameter>',
+      "<parameter=xab>1</parameter>", "<parameter=cab>1</parameter>"]),
+]
+
+
+@pytest.mark.parametrize("style, schema, options, accepted, rejected", SPEC)
+def test_style_specification(style, schema, options, accepted, rejected):
+    source = _tag(schema, style, **options)
+    assert all(_run(source, accepted)), accepted
+    assert not any(_run(source, rejected)), rejected
+
+
+def test_deprecated_qwen_xml_parameter_is_qwen_xml():
+    old = json.dumps({"type": "structural_tag", "format": {
+        "type": "qwen_xml_parameter", "json_schema": PERSON}})
+    texts = strings_for("qwen_xml", CASES["person"][2], 2)
+    assert _run(old, texts) == _run(_tag(PERSON, "qwen_xml"), texts)
+
+
+# json style with excludes
+JSON_EXCLUDED = {"type": "object", "properties": {
+    "s": {"type": "string"}, "kab": {"type": "integer"}, "e": {"enum": ["ab", "c", 12]},
+    "p": {"type": "string", "pattern": "^a.*$"}, "o": {"type": "object"}}}
+JSON_DOCS = ['{"s": "x"}', '{"s": "xab"}', '{"s": "a\\u0062"}', '{"kab": 1}', '{"e": "c"}',
+             '{"e": "ab"}', '{"p": "abab"}', '{"o": {"ab": 1}}', '{"o": {"x": "y"}}',
+             '{"e": 12}', '{"s": "a\\nb"}']
+
+
+@needs_xgrammar
+@pytest.mark.parametrize("excludes", [["ab"], ["2"], ["\\n", "zz"]])
+def test_json_style_excludes_match_xgrammar(excludes):
+    source = json.dumps({"type": "structural_tag", "format": {
+        "type": "json_schema", "json_schema": JSON_EXCLUDED, "excludes": excludes}})
+    texts = JSON_DOCS + [m for doc in JSON_DOCS for m in mutations(doc, 3)]
+    ours = _run(source, texts)
+    theirs = [xgr_accepts("structural_tag", source, text) for text in texts]
+    assert ours == theirs, [(t, o, x) for t, o, x in zip(texts, ours, theirs) if o != x][:5]
+
+
+# refusals: the path of the format and the keyword's JSON pointer in the message
+REFUSED = [
+    ("minimax_m3_xml", PERSON, {}, "$.format.style", "minimax_m3_xml"),
+    ("cohere_xml", PERSON, {}, "$.format.style", "cohere_xml"),
+    ("qwen_xml", PERSON, {"excludes": [" x"]}, "$.format.excludes[0]", "whitespace"),
+    ("qwen_xml", {"type": "string"}, {}, "$.format.json_schema", "'type' at #"),
+    ("qwen_xml", {"type": "object", "properties": {"a": {"type": "string"}},
+                  "required": ["b"]}, {}, "$.format.json_schema", "'required' at #"),
+    ("glm_xml", {"type": "object", "minProperties": 1}, {}, "$.format.json_schema",
+     "'minProperties' at #"),
+    ("kimi_k3_xml", {"type": "object", "patternProperties": {"a": {}}}, {},
+     "$.format.json_schema", "'patternProperties' at #"),
+    ("qwen_xml", {"type": "object", "properties": {"a": {"type": "string", "pattern": "a",
+                                                         "maxLength": 3}}}, {},
+     "$.format.json_schema", "at #/properties/a"),
+    ("qwen_xml", {"type": "object", "properties": {"a": {"type": "string",
+                                                         "format": "no-such"}}}, {},
+     "$.format.json_schema", "'format' at #/properties/a"),
+    ("qwen_xml", {"type": "object", "properties": {"a": {"type": "string", "minLength": 1}}},
+     {"excludes": ["x"]}, "$.format.json_schema", "'minLength' at #/properties/a"),
+    ("json", {"type": "object", "properties": {"a": {"type": "string", "maxLength": 2}}},
+     {"excludes": ["x"]}, "$.format.json_schema", "'maxLength' at #/properties/a"),
+    ("minimax_xml", {"type": "object", "properties": {"a": {"minimum": 1}}}, {},
+     "$.format.json_schema", "no 'type'"),
+]
+
+
+@pytest.mark.parametrize("style, schema, options, path, words", REFUSED)
+def test_refused_parts_name_their_place(style, schema, options, path, words):
+    with pytest.raises(GrammarError) as info:
+        Grammar.from_structural_tag(_tag(schema, style, **options))
+    message = str(info.value)
+    assert message.startswith(path + ":") and words in message, message
+
+
+def test_any_order_with_required_members_warns():
+    from gxg.grammar.json_schema import JsonSchemaRelaxationWarning
+    with pytest.warns(JsonSchemaRelaxationWarning, match="any_order"):
+        Grammar.from_structural_tag(_tag(ORDER, "qwen_xml", any_order=True))
