@@ -315,6 +315,14 @@ class GrammarCompiler:
         tag = parse_structural_tag(*args, **kwargs)
         return self._compiled(("structural_tag", tag.key), lambda: emit_structural_tag(tag))
 
+    def compile_lark(self, lark_string: str, *, named_grammars=None) -> CompiledGrammar:
+        """Lark text in XGrammar 0.2.8's dialect (see ``Grammar.from_lark``); ``named_grammars``
+        maps ``@name`` references to gxg Grammars or Lark texts."""
+        from gxg.grammar.lark import named_grammars_key
+        key = ("lark", lark_string, named_grammars_key(named_grammars))
+        return self._compiled(key, lambda: Grammar.from_lark(lark_string,
+                                                             named_grammars=named_grammars))
+
     # ------------------------------------------------------------------ cache
     def _compiled(self, key: tuple, make_grammar) -> CompiledGrammar:
         if not self.cache_enabled:

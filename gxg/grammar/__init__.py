@@ -24,8 +24,20 @@ def _from_structural_tag(*args, **kwargs) -> Grammar:
     return structural_tag_to_grammar(*args, **kwargs)
 
 
-# The front end lives in its own module; Grammar (gxg.grammar.ir) gets it as a static method.
+def _from_lark(lark_string: str, *, tokenizer_info=None, named_grammars=None) -> Grammar:
+    """The grammar of Lark text in XGrammar 0.2.8's dialect (``start`` is the root; see
+    ``gxg.grammar.lark``). ``named_grammars`` maps the names used as ``@name`` to gxg Grammars
+    or Lark texts. ``tokenizer_info`` is accepted for XGrammar's signature: it only resolves
+    special tokens, which gxg's Lark front end refuses. Errors are GrammarErrors with line and
+    column."""
+    from gxg.grammar.lark import parse_lark
+    del tokenizer_info
+    return parse_lark(lark_string, named_grammars)
+
+
+# The front ends live in their own modules; Grammar (gxg.grammar.ir) gets them as static methods.
 Grammar.from_structural_tag = staticmethod(_from_structural_tag)
+Grammar.from_lark = staticmethod(_from_lark)
 
 __all__ = [
     "CharClass", "Choice", "Expr", "Grammar", "GrammarError", "Literal", "Repeat", "Rule",
