@@ -42,6 +42,10 @@ _LAZY = {
     "ErrorCode": "gxg.runtime",
     "StructuralTag": "gxg.grammar.structural_tag",
     "StructuralTagItem": "gxg.grammar.structural_tag",
+    "get_builtin_structural_tag": "gxg.grammar.builtin_structural_tag",
+    "get_model_structural_tag": "gxg.grammar.builtin_structural_tag",
+    "normalize_tool_choice": "gxg.grammar.builtin_structural_tag",
+    "register_model_structural_tag": "gxg.grammar.builtin_structural_tag",
 }
 
 __all__ = ["Grammar", "GrammarError", "TokenizerInfo", "VocabType", "__version__", *_LAZY]
