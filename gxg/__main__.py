@@ -1,11 +1,13 @@
 """Command line: ``gxg generate`` / ``python -m gxg generate``.
 
 In:  a grammar (exactly one of ``--schema FILE|JSON``, ``--grammar FILE`` (EBNF), ``--regex
-     PATTERN``, ``--json``), a JSON layout for the JSON ones (``--indent N``,
+     PATTERN``, ``--json``, ``--tools FILE`` with ``--tool-format`` / ``--tool-choice``: tool
+     calling, ``gxg.tool_calls``), a JSON layout for the JSON ones (``--indent N``,
      ``--any-whitespace`` with ``--max-whitespace N``), a prompt, a model (default: the embedded
      SmolLM2-135M-Instruct, its GGUF conversion kept in the model cache unless ``--no-cache``)
      and decoding options; see ``gxg generate --help``.
-Out: the generated text alone on stdout, streamed as tokens arrive; progress and timing (TTFT,
+Out: the generated text alone on stdout, streamed as tokens arrive (with ``--tools``, then a
+     newline and one line of JSON, ``{"tool_calls": [{"name", "arguments"}, ...]}``); progress and timing (TTFT,
      tokens/s, the grammar's share of the time) on stderr, and warnings as one line each
      (``gxg: warning: ...``). Exit status (``EXIT_STATUS``, also in ``--help``): 0 when the text
      is complete and valid for the grammar; 1 when ``--max-new-tokens`` ran out before the
@@ -20,6 +22,7 @@ plain text written here, not this docstring.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -72,6 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
                          help="a JSON object or array (any JSON values inside)")
     grammar.add_argument("--regex", metavar="PATTERN", help="a regular expression (full match)")
     grammar.add_argument("--grammar", metavar="FILE", help="an EBNF grammar file (root rule: root)")
+    grammar.add_argument("--tools", metavar="FILE",
+                         help="tool calling: a JSON file with an OpenAI-style tool list "
+                              "([{\"type\": \"function\", \"function\": {\"name\", "
+                              "\"parameters\"}}]); the text may call them in the --tool-format "
+                              "syntax, and the calls are printed as a last line of JSON")
+
+    tools = gen.add_argument_group("tool calling (--tools)")
+    tools.add_argument("--tool-format", metavar="FORMAT", default=None,
+                       help="the model format of the calls (default: qwen_3, "
+                            "<tool_call>\\n{\"name\": ..., \"arguments\": ...}\\n</tool_call>;"
+                            " also llama, deepseek_r1, deepseek_v3_1, kimi, harmony)")
+    tools.add_argument("--tool-choice", metavar="CHOICE", default=None,
+                       help="auto (default: text, calls or both), required (at least one "
+                            "call), none (text only) or a tool's name (that call)")
 
     layout = gen.add_argument_group(
         "JSON layout (--json and --schema; default: one line, as json.dumps writes it)")
@@ -149,21 +166,43 @@ def _layout(args: argparse.Namespace):
     from gxg.generate import JsonLayout, UsageError
     if args.max_whitespace is not None and not args.any_whitespace:
         raise UsageError("--max-whitespace bounds flexible whitespace: add --any-whitespace")
-    if args.regex is not None or args.grammar is not None:
+    if args.regex is not None or args.grammar is not None or args.tools is not None:
         given = [flag for flag, value in (("--indent", args.indent is not None),
                                           ("--any-whitespace", args.any_whitespace),
                                           ("--max-whitespace", args.max_whitespace is not None))
                  if value]
         if given:
-            other = "--regex" if args.regex is not None else "--grammar"
+            other = ("--regex" if args.regex is not None else
+                     "--grammar" if args.grammar is not None else "--tools")
             raise UsageError(f"{', '.join(given)}: the JSON layout applies to --json and "
                              f"--schema, not to {other}")
     return JsonLayout(args.indent, args.any_whitespace, args.max_whitespace)
 
 
-def _grammar_request(args: argparse.Namespace):
+def _tool_request(args: argparse.Namespace):
+    """The ToolRequest of --tools (None without it); --tool-format / --tool-choice need it."""
+    from gxg.generate import UsageError
+    if args.tools is None:
+        given = [flag for flag, value in (("--tool-format", args.tool_format),
+                                          ("--tool-choice", args.tool_choice)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)}: tool options need --tools FILE")
+        return None
+    from gxg.tool_calls import DEFAULT_TOOL_FORMAT, tool_request
+    try:
+        with open(args.tools, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as error:
+        raise UsageError(f"--tools {args.tools!r}: {error.strerror}") from None
+    return tool_request(text, args.tool_format or DEFAULT_TOOL_FORMAT,
+                        args.tool_choice or "auto")
+
+
+def _grammar_request(args: argparse.Namespace, tools=None):
     from gxg.generate import GrammarRequest, UsageError, read_schema_argument
     layout = _layout(args)
+    if tools is not None:
+        return GrammarRequest("structural_tag", json.dumps(tools.structural_tag))
     if args.schema is not None:
         return GrammarRequest("json_schema", read_schema_argument(args.schema), layout)
     if args.grammar is not None:
@@ -208,7 +247,8 @@ def generate_command(args: argparse.Namespace) -> int:
     from gxg.matcher import GrammarRuntimeError
 
     try:
-        grammar = build_grammar(_grammar_request(args))
+        tools = _tool_request(args)
+        grammar = build_grammar(_grammar_request(args, tools))
         options = DecodingOptions(args.max_new_tokens, args.temperature, args.seed,
                                   args.grammar_backend,
                                   complete_within_budget=not args.no_budget)
@@ -227,8 +267,11 @@ def generate_command(args: argparse.Namespace) -> int:
           f"grammar compiled in {compile_seconds:.2f} s", file=sys.stderr, flush=True)
 
     stats = GenerationStats()
+    pieces = []
+    system = tools.system_message() if tools is not None else None
     try:
-        for piece in generate(loaded, compiled, args.prompt, options, stats):
+        for piece in generate(loaded, compiled, args.prompt, options, stats, system):
+            pieces.append(piece)
             sys.stdout.write(piece)
             sys.stdout.flush()
     except GrammarRuntimeError as error:
@@ -242,6 +285,11 @@ def generate_command(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     print(f"gxg: {stats.summary()}", file=sys.stderr)
+    if tools is not None:
+        calls = tools.parse_calls("".join(pieces))
+        sys.stdout.write("\n" + json.dumps({"tool_calls": calls}) + "\n")
+        sys.stdout.flush()
+        print(f"gxg: {plural(len(calls), 'tool call')}", file=sys.stderr)
     if not stats.complete:
         why = ("the grammar has no output that short" if not args.no_budget
                else "--no-budget let the output run on")

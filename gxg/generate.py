@@ -89,7 +89,7 @@ __all__ = [
 ]
 
 #: What ``GrammarRequest.kind`` may be.
-GRAMMAR_KINDS = ("json_schema", "json", "ebnf", "regex", "builtin_json")
+GRAMMAR_KINDS = ("json_schema", "json", "ebnf", "regex", "builtin_json", "structural_tag")
 
 #: The kinds whose output is JSON laid out by a ``JsonLayout``.
 JSON_LAYOUT_KINDS = ("json_schema", "json")
@@ -155,8 +155,9 @@ class JsonLayout:
 class GrammarRequest:
     """``kind`` is one of ``GRAMMAR_KINDS``: "json_schema" (``source``: the schema as JSON
     text), "json" (a JSON object or array, any values inside: ``JSON_DOCUMENT``), "ebnf" (EBNF
-    text), "regex" (a pattern) or "builtin_json" (XGrammar's builtin JSON grammar: the same
-    documents with unbounded whitespace between tokens). ``layout`` applies to "json_schema"
+    text), "regex" (a pattern), "builtin_json" (XGrammar's builtin JSON grammar: the same
+    documents with unbounded whitespace between tokens) or "structural_tag" (its JSON text:
+    tool calling, ``gxg.tool_calls``). ``layout`` applies to "json_schema"
     and "json" only."""
 
     kind: str
@@ -195,6 +196,8 @@ def build_grammar(request: GrammarRequest) -> Grammar:
         return Grammar.from_regex(request.source)
     if request.kind == "builtin_json":
         return Grammar.builtin_json_grammar()
+    if request.kind == "structural_tag":
+        return Grammar.from_structural_tag(request.source)
     raise ValueError(f"unknown grammar kind {request.kind!r}; known: {GRAMMAR_KINDS}")
 
 
@@ -481,15 +484,17 @@ def _load_model(model: Optional[str], device: str, cache: bool) -> LoadedModel:
     return LoadedModel(network, tokenizer, info, target, gguf_file or directory.name, from_cache)
 
 
-def prompt_token_ids(tokenizer, prompt: str) -> torch.Tensor:
-    """int64 [1, L]: the prompt as one user turn of the chat template, ending where the
-    assistant's answer starts (the prompt as is for a model without a chat template)."""
+def prompt_token_ids(tokenizer, prompt: str, system: Optional[str] = None) -> torch.Tensor:
+    """int64 [1, L]: the prompt as one user turn of the chat template (after a system turn
+    when ``system`` is given), ending where the assistant's answer starts (the texts as they
+    are, joined by a blank line, for a model without a chat template)."""
+    turns = ([{"role": "system", "content": system}] if system is not None else []) + \
+        [{"role": "user", "content": prompt}]
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                             tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     else:
-        ids = tokenizer(prompt)["input_ids"]
+        ids = tokenizer("\n\n".join(turn["content"] for turn in turns))["input_ids"]
     return torch.tensor([ids], dtype=torch.int64)
 
 
@@ -608,10 +613,10 @@ def _clock(device: torch.device) -> float:
 
 
 def generate(loaded: LoadedModel, compiled, prompt: str, options: DecodingOptions,
-             stats: GenerationStats) -> Iterator[str]:
-    """Yield the constrained answer to ``prompt`` as text pieces; ``stats`` is filled in as it
-    goes (final once the iterator is exhausted). ``compiled`` must be compiled for
-    ``loaded.tokenizer_info``."""
+             stats: GenerationStats, system: Optional[str] = None) -> Iterator[str]:
+    """Yield the constrained answer to ``prompt`` (after the system turn ``system``, if any)
+    as text pieces; ``stats`` is filled in as it goes (final once the iterator is exhausted).
+    ``compiled`` must be compiled for ``loaded.tokenizer_info``."""
     from gxg.contrib.hf import LogitsProcessor, bitmask_row_of
 
     device, info = loaded.device, loaded.tokenizer_info
@@ -630,7 +635,7 @@ def generate(loaded: LoadedModel, compiled, prompt: str, options: DecodingOption
     else:
         generator.manual_seed(options.seed)
 
-    step_input = prompt_token_ids(loaded.tokenizer, prompt).to(device)
+    step_input = prompt_token_ids(loaded.tokenizer, prompt, system).to(device)
     stats.prompt_tokens = step_input.shape[1]
     (cache_name, keywords), cache = _forward_keywords(loaded.model), None
     start = time.perf_counter()
