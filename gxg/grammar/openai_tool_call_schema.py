@@ -40,6 +40,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Optional, Union
 
+from gxg.grammar.structural_tag import describe_json_value
+
 __all__ = [
     "FunctionDefinition", "FunctionToolParam", "BuiltinToolParam", "ToolParam",
     "NamedToolChoiceFunction", "NamedToolChoiceParam", "BuiltinToolChoiceParam",
@@ -134,22 +136,6 @@ _TOOL_CHOICE_STRINGS = ("none", "auto", "required")
 # ----------------------------------------------------------------------------- reading
 
 
-def _what(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
 def _as_data(value):
     """A pydantic model (XGrammar's tool objects) as its dict; anything else unchanged."""
     dump = getattr(value, "model_dump", None)
@@ -161,7 +147,7 @@ def _as_data(value):
 def _object(value, path: str, what: str) -> dict:
     value = _as_data(value)
     if not isinstance(value, dict):
-        raise ValueError(f"{path}: {what} must be an object, not {_what(value)}")
+        raise ValueError(f"{path}: {what} must be an object, not {describe_json_value(value)}")
     return value
 
 
@@ -172,7 +158,7 @@ def _string(obj: dict, key: str, path: str, required: bool = False) -> Optional[
         return None
     value = obj[key]
     if not isinstance(value, str):
-        raise ValueError(f"{path}.{key}: must be a string, not {_what(value)}")
+        raise ValueError(f"{path}.{key}: must be a string, not {describe_json_value(value)}")
     return value
 
 
@@ -181,7 +167,8 @@ def _schema(obj: dict, path: str) -> Optional[Dict[str, Any]]:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise ValueError(f"{path}.parameters: a JSON schema object or null, not {_what(value)}")
+        raise ValueError(f"{path}.parameters: a JSON schema object or null"
+                         f", not {describe_json_value(value)}")
     return value
 
 
@@ -191,7 +178,8 @@ def _function_definition(value, path: str) -> FunctionDefinition:
     obj = _object(value, path, "a function definition")
     strict = obj.get("strict")
     if strict is not None and not isinstance(strict, bool):
-        raise ValueError(f"{path}.strict: must be a boolean or null, not {_what(strict)}")
+        raise ValueError(f"{path}.strict: must be a boolean or null"
+                         f", not {describe_json_value(strict)}")
     return FunctionDefinition(name=_string(obj, "name", path, required=True),
                               description=_string(obj, "description", path),
                               parameters=_schema(obj, path), strict=strict)
@@ -207,7 +195,7 @@ def parse_tool(value, path: str = "tools[0]") -> ToolParam:
         raise ValueError(f"{path}: a tool needs a 'type' (\"function\" with a 'function' "
                          f"object, or a builtin tool type)")
     if not isinstance(kind, str):
-        raise ValueError(f"{path}.type: must be a string, not {_what(kind)}")
+        raise ValueError(f"{path}.type: must be a string, not {describe_json_value(kind)}")
     if kind == "function":
         if obj.get("function") is None:
             raise ValueError(f"{path}: a function tool needs a 'function' object "
@@ -236,7 +224,7 @@ def _allowed_tools(value, path: str) -> AllowedToolsParam:
     refs = _as_data(obj.get("tools"))
     if not isinstance(refs, (list, tuple)):
         raise ValueError(f"{path}.tools: must be an array of tool references, not "
-                         f"{_what(refs)}")
+                         f"{describe_json_value(refs)}")
     out = []
     for i, ref in enumerate(refs):
         where = f"{path}.tools[{i}]"
@@ -276,7 +264,7 @@ def parse_tool_choice(value, path: str = "tool_choice") -> ToolChoiceOptionParam
         else:
             raise ValueError(f"{path}: a tool choice object needs a 'type'")
     if not isinstance(kind, str):
-        raise ValueError(f"{path}.type: must be a string, not {_what(kind)}")
+        raise ValueError(f"{path}.type: must be a string, not {describe_json_value(kind)}")
     if kind == "function":
         if obj.get("function") is None:
             raise ValueError(f"{path}: a function tool choice needs a 'function' object "

@@ -28,8 +28,9 @@ internal check); an empty dispatch pattern is an error (XGrammar accepts it and 
 degenerate automaton). The formats gxg cannot express yet are refused with a GrammarError that
 names them (see ``gxg.grammar.structural_tag_emission``): the token-level formats (``token``,
 ``exclude_token``, ``any_tokens``, ``token_triggered_tags``, ``token_dispatch``, a tag whose
-begin or end is a token, ``any_text.max_tokens`` other than 0), and the XML styles ``minimax_m3_xml`` and ``cohere_xml``
-of ``json_schema`` (the other XML styles and ``excludes``: ``gxg.grammar.json_schema_xml``).
+begin or end is a token, ``any_text.max_tokens`` other than 0), and the XML styles
+``minimax_m3_xml`` and ``cohere_xml`` of ``json_schema`` (the other XML styles and
+``excludes``: ``gxg.grammar.json_schema_xml``).
 """
 from __future__ import annotations
 
@@ -286,7 +287,8 @@ def _fail(path: str, message: str) -> GrammarError:
     return GrammarError(f"{path}: {message}")
 
 
-def _what(value) -> str:
+def describe_json_value(value) -> str:
+    """What kind of JSON value ``value`` is, for error messages ("a string", "null", ...)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -295,7 +297,7 @@ def _what(value) -> str:
         return "a number"
     if isinstance(value, str):
         return "a string"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "an array"
     if isinstance(value, dict):
         return "an object"
@@ -423,7 +425,7 @@ class _Reader:
     @staticmethod
     def _object(value, path: str, what: str) -> dict:
         if not isinstance(value, dict):
-            raise _fail(path, f"{what} must be an object, not {_what(value)}")
+            raise _fail(path, f"{what} must be an object, not {describe_json_value(value)}")
         return value
 
     @staticmethod
@@ -435,7 +437,7 @@ class _Reader:
     @staticmethod
     def _string(value, path: str, *, non_empty: bool = False) -> str:
         if not isinstance(value, str):
-            raise _fail(path, f"must be a string, not {_what(value)}")
+            raise _fail(path, f"must be a string, not {describe_json_value(value)}")
         if non_empty and not value:
             raise _fail(path, "must be a non-empty string")
         return value
@@ -446,7 +448,7 @@ class _Reader:
             return default
         value = obj[name]
         if not isinstance(value, bool):
-            raise _fail(f"{path}.{name}", f"must be a boolean, not {_what(value)}")
+            raise _fail(f"{path}.{name}", f"must be a boolean, not {describe_json_value(value)}")
         return value
 
     def _strings(self, obj: dict, name: str, path: str, *, non_empty_items: bool,
@@ -458,7 +460,7 @@ class _Reader:
         value = obj[name]
         where = f"{path}.{name}"
         if not isinstance(value, list):
-            raise _fail(where, f"must be an array of strings, not {_what(value)}")
+            raise _fail(where, f"must be an array of strings, not {describe_json_value(value)}")
         if non_empty_list and not value:
             raise _fail(where, "must not be empty")
         return tuple(self._string(item, f"{where}[{i}]", non_empty=non_empty_items)
@@ -468,7 +470,7 @@ class _Reader:
     def _integer(value, path: str) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 (isinstance(value, float) and (not math.isfinite(value) or value != int(value))):
-            raise _fail(path, f"must be an integer, not {_what(value)}"
+            raise _fail(path, f"must be an integer, not {describe_json_value(value)}"
                         + (f" {value!r}" if isinstance(value, float) else ""))
         return int(value)
 
@@ -491,7 +493,8 @@ class _Reader:
         value = obj[name]
         where = f"{path}.{name}"
         if not isinstance(value, list):
-            raise _fail(where, f"must be an array of token ids or strings, not {_what(value)}")
+            raise _fail(where, f"must be an array of token ids or strings"
+                               f", not {describe_json_value(value)}")
         out = []
         for i, item in enumerate(value):
             out.append(self._token(item, f"{where}[{i}]"))
@@ -526,7 +529,8 @@ class _Reader:
             if "type" in obj:
                 kind = obj["type"]
                 if not isinstance(kind, str):
-                    raise _fail(f"{path}.type", f"must be a string, not {_what(kind)}")
+                    raise _fail(f"{path}.type", f"must be a string"
+                                                f", not {describe_json_value(kind)}")
                 if kind == "qwen_xml_parameter":  # deprecated spelling
                     return self._json_schema(obj, path, style="qwen_xml")
                 reader = self._READERS.get(kind)
@@ -564,11 +568,11 @@ class _Reader:
         schema = self._required(obj, "json_schema", path, "json_schema")
         if not isinstance(schema, (dict, bool)):
             raise _fail(f"{path}.json_schema", f"must be an object or a boolean, not "
-                                               f"{_what(schema)}")
+                                               f"{describe_json_value(schema)}")
         if style is None:
             style = obj.get("style", "json")
             if not isinstance(style, str):
-                raise _fail(f"{path}.style", f"must be a string, not {_what(style)}")
+                raise _fail(f"{path}.style", f"must be a string, not {describe_json_value(style)}")
             if style not in JSON_SCHEMA_STYLES:
                 raise _fail(f"{path}.style", f"unknown style {style!r} (one of "
                                              f"{', '.join(JSON_SCHEMA_STYLES)})")
@@ -608,7 +612,8 @@ class _Reader:
     def _elements(self, obj, path, what):
         value = self._required(obj, "elements", path, what)
         if not isinstance(value, list):
-            raise _fail(f"{path}.elements", f"must be an array of formats, not {_what(value)}")
+            raise _fail(f"{path}.elements", f"must be an array of formats"
+                                            f", not {describe_json_value(value)}")
         if not value:
             raise _fail(f"{path}.elements", f"{what} needs at least one element")
         return tuple(self.format(item, f"{path}.elements[{i}]") for i, item in enumerate(value))
@@ -647,7 +652,7 @@ class _Reader:
             end = self._token_format(end_value, f"{path}.end")
         else:
             raise _fail(f"{path}.end", f"must be a string, an array of strings or a token "
-                                       f"format, not {_what(end_value)}")
+                                       f"format, not {describe_json_value(end_value)}")
         fmt = TagFormat(begin, content, end, path=path)
         key_of = (lambda part: json.loads(part.key) if isinstance(part, TokenFormat)
                   else (list(part) if isinstance(part, tuple) else part))
@@ -657,7 +662,8 @@ class _Reader:
     def _tag_list(self, obj, path, what) -> Tuple[TagFormat, ...]:
         value = self._required(obj, "tags", path, what)
         if not isinstance(value, list):
-            raise _fail(f"{path}.tags", f"must be an array of tags, not {_what(value)}")
+            raise _fail(f"{path}.tags", f"must be an array of tags"
+                                        f", not {describe_json_value(value)}")
         if not value:
             raise _fail(f"{path}.tags", f"{what} needs at least one tag")
         tags = []
@@ -722,7 +728,7 @@ class _Reader:
         value = self._required(obj, "rules", path, "dispatch")
         if not isinstance(value, list):
             raise _fail(f"{path}.rules", f"must be an array of [pattern, format] pairs, not "
-                                         f"{_what(value)}")
+                                         f"{describe_json_value(value)}")
         if not value:
             raise _fail(f"{path}.rules", "dispatch needs at least one rule")
         rules = []
