@@ -31,11 +31,13 @@ Configurations, in the same run:
 Reported per (B, k, grammar, configuration): ms per step, output tokens per step (all rows),
 ms per output token, mean draft tokens accepted per row and step, and the grammar's overhead
 per step in % of ``off`` (xgrammar: also of ``off_sync``) — equal to its overhead per output
-token when the same tokens are accepted. With random weights the draft rarely agrees with the
-target (a is about 0; the masks make it rarer still, since the draft is unconstrained), so the
-per-step overhead is the comparable number: the grammar's work per step does not depend on a
-(every row's k + 1 masks are filled; the path accepts stop at the first rejected draft token,
-so they are the part of the work that random drafts make smaller). Counted too: finished
+token when the same tokens are accepted. Random weights never agree, so the target takes an
+allowed draft token with probability ``--agree`` (0.7 by default; 0 turns it off) and samples
+otherwise — in every configuration, through the same masks (``target_tokens``). The draft is
+unconstrained, so with a grammar fewer of its tokens survive (on a schema, often none): tokens
+per step differ between grammar on and off, which is why the per-step overhead is the number
+to compare; the grammar's work per step hardly depends on how many are accepted (every row's
+k + 1 masks are filled; only the path accepts stop at the first rejected draft token). Counted too: finished
 requests, gxg runtime-limit errors and rejected tokens (a rejection of a token sampled from a
 masked row is a mask bug: rejected must equal errors).
 
