@@ -37,9 +37,9 @@ otherwise — in every configuration, through the same masks (``target_tokens``)
 unconstrained, so with a grammar fewer of its tokens survive (on a schema, often none): tokens
 per step differ between grammar on and off, which is why the per-step overhead is the number
 to compare; the grammar's work per step hardly depends on how many are accepted (every row's
-k + 1 masks are filled; only the path accepts stop at the first rejected draft token). Counted too: finished
-requests, gxg runtime-limit errors and rejected tokens (a rejection of a token sampled from a
-masked row is a mask bug: rejected must equal errors).
+k + 1 masks are filled; only the path accepts stop at the first rejected draft token).
+Counted too: finished requests, gxg runtime-limit errors and rejected tokens (a rejection of a
+token sampled from a masked row is a mask bug: rejected must equal errors).
 
 Floors to write down before reading the table: the verify forward reads the weights once (15.2
 GB at bf16) and does 2 x 8.0 G x B (k + 1) FLOP of matmuls, so it is memory-bound at small
