@@ -436,8 +436,7 @@ def test_token_level_formats_are_refused(fmt, path):
 
 @pytest.mark.parametrize("fmt, path, words", [
     # The XML styles and excludes are implemented (tests/test_structural_tag_xml.py) except
-    # these two recursive styles.
-    (json_schema({"type": "object"}, style="minimax_m3_xml"), "$.format.style", "minimax_m3_xml"),
+    # this recursive style.
     (json_schema({"type": "object"}, style="cohere_xml"), "$.format.style", "cohere_xml"),
 ])
 def test_unsupported_json_schema_options_are_refused(fmt, path, words):

@@ -172,6 +172,104 @@ def test_style_matches_xgrammar(style, case):
     assert any(ours), "the table should hold accepted strings"
 
 
+# minimax_m3_xml: every value an element body (M<name>value M</name>, arrays as M<item>s)
+M3 = "]<]minimax[>["
+
+
+def render_m3(value, ws: str = "") -> str:
+    """A value as minimax_m3_xml writes it: strings raw, objects and arrays as elements (each
+    after ``ws``, ``ws`` after the last), other scalars as JSON."""
+    if isinstance(value, dict):
+        items = [f"{ws}{M3}<{k}>{render_m3(v, ws)}{M3}</{k}>" for k, v in value.items()]
+    elif isinstance(value, list):
+        items = [f"{ws}{M3}<item>{render_m3(v, ws)}{M3}</item>" for v in value]
+    else:
+        return value if isinstance(value, str) else json.dumps(value)
+    return "".join(items) + ws if items else ""
+
+
+M3_VALUES = {"type": "object", "required": ["e"], "properties": {
+    "e": {"enum": ["x", 1, 1.5, True, None, [1, "a"], {"k": "v"}, {}, []]}, "c": {"const": "hi"},
+    "u": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 3}]},
+    "n": {"type": ["number", "null"]}, "b": {"type": "boolean"},
+    "o": {"oneOf": [{"type": "integer"}, {"type": "null"}]}}}
+M3_ARRAYS = {"type": "object", "properties": {
+    "t": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}],
+          "items": {"type": "boolean"}, "minItems": 1, "maxItems": 4},
+    "p": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "integer"}],
+          "minItems": 2},
+    "r": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2},
+    "f": {"type": "array", "items": False}}}
+M3_CASES = {
+    "person": (PERSON, {}, CASES["person"][2] + [
+        {"name": "x", "age": 1, "address": {"city": "c"}}, {"name": "x", "age": 1, "tags": []},
+        {"name": "a" + M3 + "b", "age": 1}]),
+    "values": (M3_VALUES, {}, [
+        {"e": v} for v in ("x", 1, 1.5, True, None, [1, "a"], {"k": "v"}, {}, [], "y", 2)] + [
+        {"e": 1, "c": "hi"}, {"e": 1, "c": "ho"}, {"e": 1, "u": "s"}, {"e": 1, "u": 3},
+        {"e": 1, "u": 2}, {"e": 1, "n": 2.5}, {"e": 1, "n": None}, {"e": 1, "b": False},
+        {"e": 1, "o": 3}, {"e": 1, "o": None}, {"c": "hi"}, {"e": 1, "b": 1}]),
+    "arrays": (M3_ARRAYS, {}, [
+        {"t": ["a"]}, {"t": ["a", 1]}, {"t": ["a", 1, True, False]}, {"t": ["a", 1, True, True,
+                                                                          True]},
+        {"t": []}, {"t": [1]}, {"p": [1, 2]}, {"p": [1]}, {"p": [1, 2, 3]}, {"r": [1]},
+        {"r": [1, 2, 3]}, {"r": []}, {"f": []}, {"f": [1]}]),
+    "refs": ({"type": "object", "$defs": {"n": {"type": "object", "properties": {
+        "v": {"type": "integer"}, "n": {"$ref": "#/$defs/n"}}}},
+        "properties": {"a": {"$ref": "#/$defs/n"}, "s": {"$ref": "#"}}}, {}, [
+        {"a": {"v": 1}}, {"a": {"n": {"n": {"v": 2}}}}, {"s": {"s": {}}}, {"a": {"v": "x"}},
+        {"s": {"a": {"w": 1}}}]),
+    "any_order": ({"type": "object", "required": ["b"], "properties": {
+        "a": {"type": "integer"}, "b": {"type": "string"}}}, {"any_order": True}, [
+        {"b": "x"}, {"a": 1, "b": "x"}, {"b": "x", "a": 1}, {"a": 1}, {"a": 1, "a ": 2}, {}]),
+    "optional_any_order": ({"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "string"}}}, {"any_order": True}, [
+        {}, {"b": "x"}, {"b": "x", "a": 1}, {"a": 1, "a ": 2}]),
+    "whitespace": ({"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}}},
+        {"max_whitespace_cnt": 2}, [{"a": 1}, {"a": 1, "b": [1, 2]}, {"b": []}]),
+    "bounds": ({"type": "object", "minProperties": 1, "maxProperties": 2, "properties": {
+        "a": {"type": "integer"}, "b": {"type": "null"}, "c": {"type": "string"}}}, {}, [
+        {}, {"a": 1}, {"a": 1, "b": None}, {"a": 1, "b": None, "c": "x"}, {"c": "x"}]),
+    "names": ({"type": "object", "properties": {"a/b": {"type": "string"},
+                                                "x y": {"type": "null"}}}, {},
+              [{"a/b": "q"}, {"x y": None}, {"a/b": "q", "x y": None}, {"x": None}]),
+    "scalar_root": ({"type": ["string", "integer"]}, {}, ["text", 12, "a" + M3]),
+}
+
+
+def m3_strings(docs, mutated: int):
+    texts = [render_m3(doc) for doc in docs]
+    texts += [render_m3(doc, ws) for ws in (" ", "\n\t") for doc in docs]
+    texts += [m for text in texts[:len(docs)] for m in mutations(text, mutated)]
+    return list(dict.fromkeys(texts))
+
+
+@needs_xgrammar
+@pytest.mark.parametrize("case", sorted(M3_CASES))
+def test_minimax_m3_matches_xgrammar(case):
+    schema, options, docs = M3_CASES[case]
+    source = _tag(schema, "minimax_m3_xml", **options)
+    texts = m3_strings(docs, 6)
+    ours = _run(source, texts)
+    theirs = [xgr_accepts("structural_tag", source, text) for text in texts]
+    differing = [(t, o, x) for t, o, x in zip(texts, ours, theirs) if o != x]
+    assert not differing, differing[:5]
+    assert any(ours), "the table should hold accepted strings"
+
+
+def test_minimax_m3_specification():
+    source = _tag(PERSON, "minimax_m3_xml")
+    accepted = [f"{M3}<name>Bob{M3}</name> {M3}<age>3{M3}</age>\n",
+                f"\n{M3}<name>B{M3}</name>{M3}<age>-1{M3}</age>{M3}<tags> {M3}<item>t{M3}</item>"
+                f"{M3}</tags>{M3}<address>{M3}<city>P{M3}</city>{M3}</address>"]
+    rejected = [f"{M3}<age>3{M3}</age>{M3}<name>B{M3}</name>",
+                f"{M3}<name>B{M3}</name>{M3}<age> 3{M3}</age>",
+                f"{M3}<name>B{M3}</name>{M3}<age>3{M3}</wrong>"]
+    assert all(_run(source, accepted)), accepted
+    assert not any(_run(source, rejected)), rejected
+
+
 # (style, schema, options, accepted, rejected): the specification without the oracle.
 SPEC = [
     ("qwen_xml", PERSON, {}, ["<parameter=name>\nBob\n</parameter>\n<parameter=age>\n3\n"
@@ -215,6 +313,17 @@ def test_style_specification(style, schema, options, accepted, rejected):
     assert not any(_run(source, rejected)), rejected
 
 
+def test_a_pattern_that_needs_helper_rules_keeps_them():
+    """A pattern nested deeper than the IR's expression depth compiles to several rules (the
+    regex front end's helper rules); all of them come along (they were dropped once)."""
+    pattern = "(a" * 150 + ")?" * 150
+    schema = {"type": "object", "properties": {"u": {"type": "string", "pattern": pattern}},
+              "required": ["u"]}
+    source = _tag(schema, "qwen_xml")
+    assert _run(source, ["<parameter=u>\naaa\n</parameter>"]) == [True]
+    assert _run(source, ["<parameter=u>\nab\n</parameter>"]) == [False]
+
+
 def test_deprecated_qwen_xml_parameter_is_qwen_xml():
     old = json.dumps({"type": "structural_tag", "format": {
         "type": "qwen_xml_parameter", "json_schema": PERSON}})
@@ -244,7 +353,6 @@ def test_json_style_excludes_match_xgrammar(excludes):
 
 # refusals: the path of the format and the keyword's JSON pointer in the message
 REFUSED = [
-    ("minimax_m3_xml", PERSON, {}, "$.format.style", "minimax_m3_xml"),
     ("cohere_xml", PERSON, {}, "$.format.style", "cohere_xml"),
     ("qwen_xml", PERSON, {"excludes": [" x"]}, "$.format.excludes[0]", "whitespace"),
     ("qwen_xml", {"type": "string"}, {}, "$.format.json_schema", "'type' at #"),
@@ -266,6 +374,37 @@ REFUSED = [
      {"excludes": ["x"]}, "$.format.json_schema", "'maxLength' at #/properties/a"),
     ("minimax_xml", {"type": "object", "properties": {"a": {"minimum": 1}}}, {},
      "$.format.json_schema", "no 'type'"),
+    # minimax_m3_xml: what XGrammar 0.2.8 refuses, and what it ignores (gxg would honour it)
+    ("minimax_m3_xml", {"type": "object", "properties": {"a": {}}}, {}, "$.format.json_schema",
+     "'type' at #/properties/a"),
+    ("minimax_m3_xml", {"type": "object", "additionalProperties": {"type": "string"}}, {},
+     "$.format.json_schema", "'additionalProperties' at #"),
+    ("minimax_m3_xml", {"type": "object", "patternProperties": {"a": {"type": "string"}}}, {},
+     "$.format.json_schema", "'patternProperties' at #"),
+    ("minimax_m3_xml", {"type": "object", "properties": {"a": {"type": "string",
+                                                               "pattern": "a"}}}, {},
+     "$.format.json_schema", "'pattern' at #/properties/a"),
+    ("minimax_m3_xml", {"type": "object", "properties": {"a>": {"type": "string"}}}, {},
+     "$.format.json_schema", "'properties' at #/properties/a>"),
+    ("minimax_m3_xml", {"type": "object", "properties": {"a": {"enum": [M3 + "x"]}}}, {},
+     "$.format.json_schema", "'enum' at #/properties/a"),
+    ("minimax_m3_xml", {"type": "object", "properties": {"a": {"type": "string"}},
+                        "required": ["b"]}, {}, "$.format.json_schema", "'required' at #"),
+    ("minimax_m3_xml", {"type": "object", "properties": {"a": {
+        "allOf": [{"type": "integer"}, {"minimum": 3}]}}}, {}, "$.format.json_schema",
+     "'allOf' at #/properties/a"),
+    ("minimax_m3_xml", {"type": "object", "properties": {"a": {
+        "anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 3}}}, {},
+     "$.format.json_schema", "'anyOf' at #/properties/a"),
+    ("minimax_m3_xml", {"type": "object", "properties": {"a": {
+        "type": "array", "items": {"type": "integer"}, "uniqueItems": True}}}, {},
+     "$.format.json_schema", "'uniqueItems' at #/properties/a"),
+    ("minimax_m3_xml", {"type": "object", "properties": {"a": {"type": "integer",
+                                                               "not": {"const": 3}}}}, {},
+     "$.format.json_schema", "'not' at #/properties/a"),
+    ("minimax_m3_xml", {"type": "object", "properties": {"a": {
+        "type": "array", "minItems": 2}}}, {}, "$.format.json_schema", "'minItems' at #"),
+    ("minimax_m3_xml", PERSON, {"excludes": ["x"]}, "$.format.json_schema", "excludes"),
 ]
 
 

@@ -61,9 +61,6 @@ DOCUMENTED = [
     (lambda g: g["kind"] == "structural_tag" and '"style": "cohere_xml"' in g["grammar"],
      "documented (gxg/grammar/structural_tag_emission.py, json_schema_xml.py): json_schema style "
      "cohere_xml (recursive XML bodies) is refused"),
-    (lambda g: g["kind"] == "structural_tag" and '"style": "minimax_m3_xml"' in g["grammar"],
-     "documented (gxg/grammar/structural_tag_emission.py, json_schema_xml.py): json_schema style "
-     "minimax_m3_xml (recursive XML bodies) is refused"),
     (lambda g: g["source"] == _CONVERTER
      + "test_json_schema_style_kimi_k3_xml_pattern_properties_pin_each_value_type",
      "documented (gxg/grammar/json_schema_xml.py): patternProperties at the root of an XML "

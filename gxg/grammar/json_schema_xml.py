@@ -62,9 +62,32 @@ between and after the parameters (``ws`` alone when none is required).
   enum/const alternatives that contain one are left out. Refused: an exclude that starts or ends
   with whitespace (XGrammar refuses it too).
 
-Refused (``GrammarError``): the styles ``minimax_m3_xml`` and ``cohere_xml`` (recursive XML
-bodies, not implemented in gxg), a root that is not an object schema, and at the root
-``patternProperties``, ``propertyNames``, ``minProperties``, ``maxProperties``,
+* minimax_m3_xml (``_MiniMaxM3Writer``, XGrammar 0.2.8's ``MiniMaxM3XMLToolCallingConverter``,
+  whose 0.2.8 form only has fixed element names): every value is an element body, the root
+  included (any schema, not only an object). With ``M`` the marker ``]<]minimax[>[``: an object
+  is its declared properties in order as ``M<name>value M</name>``, an array its items as
+  ``M<item>value M</item>`` (``prefixItems``, ``items``, ``minItems``/``maxItems`` as
+  XGrammar: a prefix position may be left off once ``minItems`` is met; ``items`` absent: no
+  more items), each element after ``ws`` and ``ws`` after the last, nothing at all for none;
+  ``minProperties``/``maxProperties`` bound the members; a string is raw text without ``M``;
+  integers, numbers, booleans and null are JSON (no ``ws`` around); an enum/const value is
+  XGrammar's literal: strings raw, objects and arrays as elements without ``ws``, others as
+  picojson writes them; anyOf/oneOf/type lists are the choice of their branches (oneOf as
+  anyOf when not provably disjoint, announced as in the JSON converter); ``$ref`` is a rule
+  (recursion allowed). ``any_order``: as above, but nothing for no member. Refused, as
+  XGrammar refuses them: ``excludes``, an unconstrained schema (``true``, ``{}``, ``items: {}``),
+  ``additionalProperties`` other than false, ``patternProperties``, ``propertyNames``, a
+  ``required`` name missing from ``properties``, an element name that is empty, blank, starts
+  with ``/`` or holds ``>``, a string literal holding ``M``, ``pattern``/``format``/lengths on
+  strings, ``minItems`` beyond what the array allows; refused because XGrammar ignores them
+  (gxg would honour them): ``not``, ``if``, dependencies, ``contains``, ``uniqueItems``,
+  ``unevaluated*``, ``additionalItems``, assertions beside ``anyOf``/``oneOf`` or ``$ref``,
+  ``allOf`` of more than one schema, enum/const values that sibling keywords rule out; and
+  ``minProperties``/``maxProperties`` with ``any_order``.
+
+Refused (``GrammarError``): the style ``cohere_xml`` (recursive XML bodies with type
+attributes, not implemented in gxg), for the other styles a root that is not an object schema,
+and at the root ``patternProperties``, ``propertyNames``, ``minProperties``, ``maxProperties``,
 ``unevaluatedProperties``, a ``required`` name missing from ``properties``, an enum/const; for a
 string parameter: two of ``pattern``/``format``/lengths together (XGrammar honours only one),
 an unknown ``format``, lengths with ``excludes`` (XGrammar drops them), complements of strings;
@@ -80,11 +103,12 @@ from typing import Any, List, Optional, Sequence as Seq, Tuple
 
 from gxg.grammar import code_point_dfa as dfa_ops
 from gxg.grammar.combine import rename_refs
-from gxg.grammar.ir import (CharClass, Choice, Expr, Grammar, GrammarError, Literal, Repeat,
-                            RuleRef, Sequence)
+from gxg.grammar.ir import (EMPTY, CharClass, Choice, Expr, Grammar, GrammarError, Literal,
+                            Repeat, RuleRef, Sequence)
 from gxg.grammar.json_schema_analysis import (
     MERGE_BUDGET, JsonSchemaRelaxationWarning, SchemaAnalysis, asserts, check_keyword_types,
-    count, declared_types, deep_recursion, escape_token, load_schema, string_regexes,
+    count, declared_types, deep_recursion, escape_token, load_schema, resolve_pointer,
+    string_regexes,
 )
 from gxg.grammar.json_schema_emission import (
     MAX_EXACT_BOUND, GrammarEmitter, _alt, _canonical_spelling, make_format,
@@ -95,7 +119,7 @@ __all__ = ["XML_STYLES", "xml_schema_to_grammar"]
 
 XML_STYLES = ("qwen_xml", "minimax_xml", "minimax_m3_xml", "deepseek_xml", "glm_xml",
               "cohere_xml", "kimi_k3_xml", "deepseek_v4_1_xml")
-REFUSED_STYLES = ("minimax_m3_xml", "cohere_xml")
+REFUSED_STYLES = ("cohere_xml",)
 # key prefix, key suffix, value prefix, parameter suffix (XGrammar's XMLWrapper)
 _WRAPPERS = {
     "qwen_xml": ("<parameter=", ">", "", "</parameter>"),
@@ -195,7 +219,7 @@ def xml_schema_to_grammar(schema: Any, style: str, *, any_order: bool = False,
     if style in REFUSED_STYLES:
         raise GrammarError(f"json_schema style {style!r} (recursive XML bodies) is not supported "
                            f"by gxg yet")
-    if style not in _WRAPPERS:
+    if style not in _WRAPPERS and style != "minimax_m3_xml":
         raise GrammarError(f"unknown XML style {style!r}")
     for exclude in excludes:
         if not exclude:
@@ -211,12 +235,22 @@ def xml_schema_to_grammar(schema: Any, style: str, *, any_order: bool = False,
     with deep_recursion():
         schemas = SchemaAnalysis(root, True, True)
         json = GrammarEmitter(schemas, fmt, any_order, False, excludes)
+        if style == "minimax_m3_xml":
+            if excludes:
+                raise GrammarError("excludes are not supported with style 'minimax_m3_xml' "
+                                   "(XGrammar refuses them too)")
+            m3 = _MiniMaxM3Writer(json, any_order)
+            body = m3.value(root, "#")
+            if body is None:
+                raise GrammarError("schema at # in style 'minimax_m3_xml' admits no value")
+            return json.grammar(body)
         writer = _XmlWriter(json, style, any_order, tuple(excludes))
         return json.grammar(writer.arguments(root, "#"))
 
 
 class _XmlWriter:
-    def __init__(self, json: GrammarEmitter, style: str, any_order: bool, excludes: Tuple[str, ...]):
+    def __init__(self, json: GrammarEmitter, style: str, any_order: bool,
+                 excludes: Tuple[str, ...]):
         self.json = json
         self.schemas: SchemaAnalysis = json.schemas
         self.style = style
@@ -270,7 +304,8 @@ class _XmlWriter:
             expr = dfa_ops.dfa_to_expr(dfa, lambda ranges: CharClass(tuple(ranges)),
                                        lambda hint: RuleRef(self.json.new_rule(hint)),
                                        "xml_variable_name", define_rule=define)
-        self.names["variable_name"] = None if expr is None else self.json.share(expr, "xml_variable_name")
+        self.names["variable_name"] = None if expr is None else \
+            self.json.share(expr, "xml_variable_name")
         return self.names["variable_name"]
 
     def excluded(self, text: str) -> bool:
@@ -311,7 +346,8 @@ class _XmlWriter:
                 raise self.refuse("type", ptr, "the arguments must be an object schema "
                                   "(type 'object')")
         elif asserts(flat):
-            others = [k for k in flat if k not in ("properties", "required", "additionalProperties")]
+            others = [k for k in flat
+                      if k not in ("properties", "required", "additionalProperties")]
             if others:
                 raise self.refuse(others[0], ptr, "the arguments must be an object schema "
                                   "(type 'object')")
@@ -514,7 +550,7 @@ class _XmlWriter:
             mapping = {rule.name: self.json.new_rule("xml_" + keyword) for rule in grammar.rules}
             for rule in grammar.rules:
                 self.json.rules[mapping[rule.name]] = rename_refs(rule.body, mapping)
-                return _Branch(RuleRef(mapping[grammar.root_rule_name]), True)
+            return _Branch(RuleRef(mapping[grammar.root_rule_name]), True)
         if self.excludes:
             raise self.refuse("minLength" if lo else "maxLength", ptr,
                               "string lengths together with excludes (XGrammar drops the lengths)")
@@ -525,3 +561,249 @@ class _XmlWriter:
             return None
         return _Branch(self.json.share(Repeat(CharClass(((0, 0x10FFFF),)), lo, hi),
                                        "xml_string_characters"), True)
+
+
+# ----------------------------------------------------------------------------- minimax_m3_xml
+
+_M3 = "]<]minimax[>["
+# keywords XGrammar 0.2.8 ignores in minimax_m3_xml (gxg would honour them: a different language)
+_M3_IGNORED = ("not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+               "dependencies", "contains", "minContains", "maxContains", "uniqueItems",
+               "unevaluatedItems", "unevaluatedProperties", "additionalItems")
+_M3_OBJECT_REFUSED = ("patternProperties", "propertyNames")
+
+
+class _MiniMaxM3Writer(_XmlWriter):
+    """minimax_m3_xml (XGrammar 0.2.8's ``MiniMaxM3XMLToolCallingConverter``): every value is
+    an element body; objects are their members as elements ``M<name>value M</name>`` (``M`` the
+    namespace marker ``]<]minimax[>[``), arrays their items as ``M<item>...M</item>``, members
+    and items each after ``ws`` with ``ws`` after the last (nothing for none); strings are raw
+    text without the marker, other scalars as JSON; enum/const values as XGrammar's literals."""
+
+    def __init__(self, json: GrammarEmitter, any_order: bool):
+        self.json = json
+        self.schemas = json.schemas
+        self.style = "minimax_m3_xml"
+        self.any_order = any_order
+        self.excludes = ()
+        self.suffix = _M3
+        self.ws = json.fmt.ws
+        self.names = {}
+        self.ref_rules: dict = {}
+
+    def element(self, name: str, body: Expr) -> Expr:
+        return Sequence((_lit(f"{_M3}<{name}>"), body, _lit(f"{_M3}</{name}>")))
+
+    def check_name(self, name: str, keyword: str, ptr: str) -> None:
+        """XGrammar's ValidateElementName (it refuses such names too)."""
+        if (not name or name[0] == "/" or ">" in name or _canonical_spelling(name) is None
+                or all(c in " \t\n\r\f\v" for c in name)):
+            raise self.refuse(keyword, ptr, f"{name!r} is no element name (empty, blank, starting "
+                              f"with '/', holding '>' or a lone surrogate)")
+
+    def value(self, schema: Any, ptr: str) -> Optional[Expr]:  # type: ignore[override]
+        if schema is True or (isinstance(schema, dict) and not asserts(
+                self.schemas.keywords(schema, ptr))):
+            raise self.refuse("type", ptr, "an unconstrained schema (XGrammar refuses it)")
+        if schema is False:
+            return None
+        for keyword in _M3_IGNORED:
+            if keyword in schema and not (keyword == "uniqueItems" and schema[keyword] is False):
+                raise self.refuse(keyword, ptr, "XGrammar ignores it in this style")
+        if "$ref" in schema:
+            siblings = self.schemas.keywords(schema, ptr)
+            del siblings["$ref"]
+            if asserts(siblings):
+                raise self.refuse("$ref", ptr, "a $ref with sibling assertions")
+            return self.ref(schema["$ref"], ptr)
+        if "allOf" in schema:
+            subs = schema["allOf"]
+            siblings = self.schemas.keywords(schema, ptr)
+            del siblings["allOf"]
+            if not isinstance(subs, list) or len(subs) != 1 or asserts(siblings):
+                raise self.refuse("allOf", ptr, "more than one schema (XGrammar falls back to "
+                                  "an unconstrained value, which it refuses)")
+            return self.value(subs[0], f"{ptr}/allOf/0")
+        flat = self.schemas.normal(schema, ptr, [MERGE_BUDGET])
+        if flat is False:
+            return None
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in flat:
+                subs = flat[keyword]
+                if not isinstance(subs, list) or not subs:
+                    raise GrammarError(f"'{keyword}' at {ptr} must be a non-empty list")
+                siblings = {k: v for k, v in flat.items() if k != keyword}
+                if asserts(siblings):
+                    raise self.refuse(keyword, ptr, "sibling assertions (XGrammar ignores them)")
+                if keyword == "oneOf" and self.schemas.disjoint_one_of(subs, ptr) is None:
+                    self.schemas.relax_one_of(ptr)
+                return _alt(*[self.value(sub, f"{ptr}/{keyword}/{i}")
+                              for i, sub in enumerate(subs)])
+        if "enum" in flat or "const" in flat:
+            keyword = "enum" if "enum" in flat else "const"
+            kept = self.schemas.enum_values(flat, ptr)
+            alone = self.schemas.enum_values({keyword: flat[keyword]}, ptr)
+            if len(kept) != len(alone):
+                raise self.refuse(keyword, ptr, "values its sibling keywords rule out (XGrammar "
+                                  "ignores the siblings)")
+            return _alt(*[self.literal(v, f"{ptr}/{keyword}") for v in kept])
+        if "type" not in flat:
+            raise self.refuse(next(iter(flat)), ptr, "a schema with assertions but no 'type'")
+        out = []
+        for type_name in declared_types(flat, ptr):
+            if type_name == "string":
+                out.append(self.string(flat, ptr))
+            elif type_name == "array":
+                out.append(self.array(flat, ptr))
+            elif type_name == "object":
+                out.append(self.object(flat, ptr))
+            else:
+                out.append(self.json.typed(flat, type_name, ptr, 0))
+        return _alt(*out)
+
+    def ref(self, ref: Any, ptr: str) -> Optional[Expr]:
+        if not isinstance(ref, str):
+            raise GrammarError(f"$ref at {ptr} must be a string")
+        target, target_ptr = resolve_pointer(self.schemas.root, ref, ptr)
+        if target_ptr in self.ref_rules:
+            name = self.ref_rules[target_ptr]
+            if name is None:
+                return None
+            return RuleRef(name)
+        hint = "ref_" + (target_ptr[2:].rsplit("/", 1)[-1] if len(target_ptr) > 2 else "root")
+        name = self.json.new_rule(hint)
+        self.ref_rules[target_ptr] = name
+        body = self.value(target, target_ptr)
+        if body is None:
+            raise self.refuse("$ref", ptr, f"the schema at {target_ptr} admits no value")
+        self.json.rules[name] = body
+        return RuleRef(name)
+
+    def literal(self, value: Any, ptr: str) -> Expr:
+        """XGrammar's GenerateLiteral: strings raw, objects/arrays as elements (no whitespace),
+        other values as picojson writes them."""
+        if isinstance(value, str):
+            if _M3 in value:
+                raise self.refuse("enum", ptr, "a string holding the namespace marker")
+            if _canonical_spelling(value) is None:
+                raise GrammarError(f"enum/const string at {ptr} holds a lone surrogate")
+            return _lit(value)
+        if isinstance(value, dict):
+            parts = []
+            for key, item in value.items():
+                self.check_name(key, "enum", ptr)
+                parts.append(self.element(key, self.literal(item, ptr)))
+            return Sequence(tuple(parts)) if parts else EMPTY
+        if isinstance(value, list):
+            parts = [self.element("item", self.literal(item, ptr)) for item in value]
+            return Sequence(tuple(parts)) if parts else EMPTY
+        return _lit(picojson_text(value, ptr))
+
+    def string(self, flat: dict, ptr: str) -> Expr:
+        for keyword in ("pattern", "format", "minLength", "maxLength", "x-gxg-regexes",
+                        "x-gxg-not-strings"):
+            if keyword in flat and not (keyword == "minLength" and flat[keyword] == 0):
+                raise self.refuse("not" if keyword.startswith("x-gxg") else keyword, ptr,
+                                  "string constraints (XGrammar refuses them, or ignores an "
+                                  "unknown format)")
+        return self.xml_string()
+
+    def array(self, flat: dict, ptr: str) -> Optional[Expr]:
+        prefix_schemas = flat.get("prefixItems", [])
+        if not isinstance(prefix_schemas, list):
+            raise self.refuse("prefixItems", ptr, "must be a list")
+        extra_schema = flat.get("items", False)
+        if isinstance(extra_schema, list):
+            raise self.refuse("items", ptr, "a list of items (use prefixItems)")
+        lo = count(flat, "minItems", ptr, 0)
+        hi = count(flat, "maxItems", ptr, None)
+        if lo > MAX_EXACT_BOUND or (hi is not None and hi > MAX_EXACT_BOUND):
+            raise self.refuse("minItems" if lo > MAX_EXACT_BOUND else "maxItems", ptr,
+                              f"an item bound above {MAX_EXACT_BOUND}")
+        prefix = []
+        for i, sub in enumerate(prefix_schemas):
+            body = self.value(sub, f"{ptr}/prefixItems/{i}")
+            if body is None:
+                raise self.refuse("prefixItems", f"{ptr}/prefixItems/{i}", "a schema no value "
+                                  "satisfies")
+            prefix.append(self.element("item", self.json.share(body, "m3_item")))
+        extra = None
+        if extra_schema is not False:
+            body = self.value(extra_schema, f"{ptr}/items")
+            if body is not None:
+                extra = self.element("item", self.json.share(body, "m3_item"))
+        if extra is None and lo > len(prefix):
+            raise self.refuse("minItems", ptr, "more items than prefixItems allow (XGrammar "
+                              "refuses it)")
+        ws = self.ws
+        if not prefix:
+            if extra is None or hi == 0:
+                return EMPTY
+            nonempty = Sequence((ws, extra, Repeat(Sequence((ws, extra)), max(0, lo - 1),
+                                                   None if hi is None else max(0, hi - 1)), ws))
+            return Choice((nonempty, EMPTY)) if lo == 0 else nonempty
+        n = len(prefix)
+        tail: Expr = EMPTY
+        if extra is not None:
+            tail = Repeat(Sequence((ws, extra)), max(0, lo - n),
+                          None if hi is None else max(0, hi - n))
+        for index in range(n - 2, -1, -1):
+            emitted = index + 1
+            body = EMPTY
+            if hi is None or emitted < hi:
+                body = Sequence((ws, prefix[index + 1], tail))
+                if emitted >= lo:
+                    body = Choice((body, EMPTY))
+            tail = self.json.share(body, "m3_prefix_tail")
+        if hi == 0:
+            return EMPTY
+        nonempty = Sequence((ws, prefix[0], tail, ws))
+        return Choice((nonempty, EMPTY)) if lo == 0 else nonempty
+
+    def object(self, flat: dict, ptr: str) -> Optional[Expr]:
+        for keyword in _M3_OBJECT_REFUSED:
+            if keyword in flat:
+                raise self.refuse(keyword, ptr, "dynamic element names are not supported in "
+                                  "XGrammar 0.2.8's minimax_m3_xml")
+        if flat.get("additionalProperties", False) is not False:
+            raise self.refuse("additionalProperties", ptr, "dynamic element names are not "
+                              "supported in XGrammar 0.2.8's minimax_m3_xml")
+        properties = flat.get("properties", {})
+        required = list(dict.fromkeys(flat.get("required", [])))
+        missing = [name for name in required if name not in properties]
+        if missing:
+            raise self.refuse("required", ptr, f"the required name {missing[0]!r} is not in "
+                              f"'properties' (XGrammar refuses it)")
+        lo = count(flat, "minProperties", ptr, 0)
+        hi = count(flat, "maxProperties", ptr, None)
+        if self.any_order and (lo or hi is not None):
+            raise self.refuse("minProperties" if lo else "maxProperties", ptr,
+                              "together with any_order")
+        members: List[Tuple[Expr, bool]] = []
+        for name, sub in properties.items():
+            where = f"{ptr}/properties/{escape_token(name)}"
+            self.check_name(name, "properties", where)
+            body = self.value(sub, where)
+            if body is None:
+                if name in required:
+                    return None
+                continue
+            members.append((self.element(name, self.json.share(body, "m3_value")),
+                            name in required))
+        if self.any_order:
+            nonempty = self.any_order_list(members, None, ptr)
+            if nonempty is None or nonempty == self.ws:
+                return nonempty if nonempty is None else EMPTY
+            if isinstance(nonempty, Choice):  # no required member: nothing, or the list
+                return Choice((nonempty.alternatives[0], EMPTY))
+            return nonempty
+        saved, self.json.fmt = self.json.fmt, _M3Whitespace(self.ws)
+        try:
+            return self.json.object_body(members, None, lo, hi, 0)
+        finally:
+            self.json.fmt = saved
+
+
+class _M3Whitespace(_Whitespace):
+    def empty(self, pair: str) -> Expr:
+        return EMPTY

@@ -28,9 +28,9 @@ internal check); an empty dispatch pattern is an error (XGrammar accepts it and 
 degenerate automaton). The formats gxg cannot express yet are refused with a GrammarError that
 names them (see ``gxg.grammar.structural_tag_emission``): the token-level formats (``token``,
 ``exclude_token``, ``any_tokens``, ``token_triggered_tags``, ``token_dispatch``, a tag whose
-begin or end is a token, ``any_text.max_tokens`` other than 0), and the XML styles
-``minimax_m3_xml`` and ``cohere_xml`` of ``json_schema`` (the other XML styles and
-``excludes``: ``gxg.grammar.json_schema_xml``).
+begin or end is a token, ``any_text.max_tokens`` other than 0), and the XML style
+``cohere_xml`` of ``json_schema`` (the other XML styles and ``excludes``:
+``gxg.grammar.json_schema_xml``).
 """
 from __future__ import annotations
 

@@ -40,8 +40,8 @@ format:
 Refused (GrammarError naming the format): the token-level formats (``token``,
 ``exclude_token``, ``any_tokens``, ``token_triggered_tags``, ``token_dispatch``, a tag whose
 begin or end is a token format, ``any_text`` with ``max_tokens`` > 0) — gxg grammars have no
-token-level items yet; ``json_schema`` with the style ``minimax_m3_xml`` or ``cohere_xml``
-(recursive XML bodies), and what ``gxg.grammar.json_schema_xml`` refuses.
+token-level items yet; ``json_schema`` with the style ``cohere_xml`` (recursive XML bodies),
+and what ``gxg.grammar.json_schema_xml`` refuses.
 
 Where XGrammar would build a TagDispatch whose exclude is a prefix of a trigger (the trigger can
 then never be written: its tags are unreachable), gxg leaves those triggers out, which is the
