@@ -23,6 +23,7 @@ from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask
 from grammar_zoo import info_or_skip
 from mask_oracles import mask_to_bool
+from xgrammar_oracle import is_utf8
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -50,14 +51,6 @@ CASES = [
         '{"name": "search", "parameters": ' + SEARCH + '}',
         'I will look. {"name": "get_weather", "parameters": ' + WEATHER + '}']),
 ]
-
-
-def is_utf8(token: bytes) -> bool:
-    try:
-        token.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def xgr_accepts(kind: str, source: str, string: str) -> bool:
     return matcher.accept_string(string) and matcher.is_terminated()
 
 
-def _is_utf8(token: bytes) -> bool:
+def is_utf8(token: bytes) -> bool:
     try:
         token.decode("utf-8")
     except UnicodeDecodeError:
@@ -75,7 +75,7 @@ def compiled_pair(kind: str, source: str, sentences: Sequence[str], seed: int):
     ``synthetic_vocab(sentences, seed)`` less its tokens that are not whole UTF-8 (XGrammar's
     TagDispatch free text also takes bytes that are not UTF-8, gxg's does not: the one
     deliberate difference, gxg/grammar/macros.py); the last token stops, 3 padding ids."""
-    vocab: List[bytes] = [t for t in synthetic_vocab(sentences, seed=seed) if _is_utf8(t)]
+    vocab: List[bytes] = [t for t in synthetic_vocab(sentences, seed=seed) if is_utf8(t)]
     stop_id, vocab_size = len(vocab) - 1, len(vocab) + 3
     info = TokenizerInfo(vocab, VocabType.RAW, vocab_size=vocab_size, stop_token_ids=[stop_id])
     xinfo = xgrammar.TokenizerInfo(vocab, xgrammar.VocabType.RAW, vocab_size=vocab_size,

@@ -201,6 +201,7 @@ IMPORT, IGNORE, LARK, IF, DIRECTIVE = "%import", "%ignore", "%lark", "%if", "dir
 NEWLINE, END = "newline", "end"
 _PUNCT = {":": ":", ",": ",", "=": "=", "(": "(", ")": ")", "[": "[", "]": "]", "{": "{",
           "}": "}", "|": "|", "&": "&", "~": "~", "*": "*"}
+_TWO_CHARACTER_TOKENS = ("::", "..", "->")  # read before their first character alone
 
 
 @dataclass
@@ -236,25 +237,15 @@ def _tokenize(source: _Source) -> List[_Token]:
                 pos += 1
             continue
         start = pos
-        if c == ":":
-            if peek(1) == ":":
-                out.append(_Token("::", "::", start))
-                pos += 2
-            else:
-                out.append(_Token(":", ":", start))
-                pos += 1
-        elif c == ".":
-            if peek(1) == ".":
-                out.append(_Token("..", "..", start))
-                pos += 2
-            else:
-                out.append(_Token(".", ".", start))
-                pos += 1
+        pair = text[pos: pos + 2]
+        if pair in _TWO_CHARACTER_TOKENS:
+            out.append(_Token(pair, pair, start))
+            pos += 2
+        elif c in ":.":
+            out.append(_Token(c, c, start))
+            pos += 1
         elif c == "-":
-            if peek(1) == ">":
-                out.append(_Token("->", "->", start))
-                pos += 2
-            elif _is_digit(peek(1)):
+            if _is_digit(peek(1)):
                 pos = _lex_number(text, pos, out)
             else:
                 raise source.error(start, "unexpected '-' character")
