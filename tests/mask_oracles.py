@@ -11,6 +11,7 @@ import numpy as np
 
 from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
+from gxg.grammar.ir import GrammarError
 
 
 def mask_to_bool(row, vocab_size: int) -> np.ndarray:
@@ -18,7 +19,21 @@ def mask_to_bool(row, vocab_size: int) -> np.ndarray:
     return np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_size].astype(bool)
 
 
+class OracleRefused(Exception):
+    """The oracle's own walk hit its parse-stack limit (a grammar too ambiguous for it): there
+    is nothing to compare against, which says nothing about gxg's answer."""
+
+
 def brute_force_mask(matcher) -> np.ndarray:
+    """Every token walked from every live stack (raises OracleRefused past the walker's
+    parse-stack limit)."""
+    try:
+        return _brute_force_mask(matcher)
+    except GrammarError as refused:
+        raise OracleRefused(str(refused)) from refused
+
+
+def _brute_force_mask(matcher) -> np.ndarray:
     compiled = matcher.compiled_grammar
     info = compiled.tokenizer_info
     state = matcher.state
