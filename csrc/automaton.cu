@@ -15,7 +15,9 @@
 //                  diverges, so slots sharing a warp would run one after another). Per token: the token's
 //                  bytes (a few), per byte one scan of every top and a closure (a single
 //                  top scanning into a plain node skips the closure: its node and the pool
-//                  size stay in registers, one entry is written); reads the
+//                  size stay in registers, one entry is written); a token-node top whose
+//                  set holds the token (token_moves) adds its move to the last byte's
+//                  closure; reads the
 //                  automaton tables (L1/L2 resident: a grammar is KBs) and the slot's pool;
 //                  writes O(new entries) pool words + one history record (K+5 ints).
 //   xg_accept_tokens  same grid: xg_accept's step for each token of the slot's row, up to the
@@ -396,7 +398,44 @@ __device__ void push_history(const u64* t, int b, const Limits& lim, int pool_si
 
 // ----------------------------------------------------------------------------- accept
 
-__device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
+// Whether ``token`` is in the set of token node ``node``: its bit in the node's accept row
+// (the mask cache gives a token node exactly its set's matchable tokens).
+__device__ __forceinline__ bool in_token_set(const Slot& s, int node, int token) {
+  int row = ptr<const int>(s.t, P_NODE_ROW)[s.base + node];
+  const int* rows = ptr<const int>(s.t, P_ACCEPT_ROWS);
+  return row >= 0 &&
+         ((rows[(size_t)row * ((s.lim.V + 31) / 32) + (token >> 5)] >> (token & 31)) & 1);
+}
+
+// Token-level items (gxg/compiler/automaton.py): the moves of ``token`` from the step's first
+// tops (P_TOPS, unchanged until the step ends) whose node is a token node whose set holds it
+// (the bit of the node's accept row), as closure seeds (target, parent, -1) in top order.
+// Counts them; with ``work`` also writes them LIFO-reversed below index ``at`` (the first at
+// at - 1), where the seeds of the token's last byte leave room (ops/reference.py _token_seeds).
+__device__ int token_moves(const Slot& s, int token, int* work, int at) {
+  const int* token_next = ptr<const int>(s.t, P_NODE_TOKEN_NEXT);
+  const int* tops = ptr<const int>(s.t, P_TOPS) + (size_t)s.b * s.lim.K;
+  int num = ptr<const int>(s.t, P_NUM_TOPS)[s.b];
+  int count = 0;
+  for (int k = 0; k < num; ++k) {
+    int e = tops[k];
+    int node = s.pool_node[e];
+    int target = token_next[s.base + node];
+    if (target < 0 || !in_token_set(s, node, token)) continue;
+    if (work) {
+      int w = at - 1 - count;
+      work[3 * w] = target;
+      work[3 * w + 1] = s.pool_parent[e];
+      work[3 * w + 2] = -1;
+    }
+    ++count;
+  }
+  return count;
+}
+
+// ``token``: the id whose bytes ``data`` are, when the grammar has token nodes (its token-node
+// moves join the last byte's closure), else -1 (a string, or no token node to move).
+__device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int token) {
   const u64* t = s.t;
   int b = s.b, K = s.lim.K;
   int* error_p = ptr<int>(t, P_ERROR) + b;
@@ -409,11 +448,14 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
   for (int k = 0; k < num; ++k) cur[k] = tops[k];
   int can_end = ptr<signed char>(t, P_CAN_END)[b];
   int* work = ptr<int>(t, P_WORK) + (size_t)b * s.lim.work_cap * 3;
+  // the token's moves from token-node tops (closed with its last byte's seeds)
+  int token_count = token >= 0 ? token_moves(s, token, nullptr, 0) : 0;
   // the fast path's registers: the single top's node and the pool size (-1: load them)
   int top_node = -1, size = -1;
   for (int i = 0; i < length; ++i) {
     int byte = data[i];
-    if (num == 1) {
+    int moves = i == length - 1 ? token_count : 0;
+    if (num == 1 && moves == 0) {
       // One top scanning into a plain node (scans, not final, no references): the closure is
       // that stack alone (ops/reference.py _plain_step): overwrite the top's entry when it is
       // the step's last and not indexed, else append; a chain of dependent L1 hits per byte.
@@ -440,11 +482,16 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
     }
     top_node = -1;
     size = -1;
-    // seeds in top order, stored reversed so that the first seed is processed first
-    int seeds = 0;
+    // seeds in top order, then the token's moves, stored reversed so that the first seed is
+    // processed first
+    int seeds = moves;
     for (int k = 0; k < num; ++k)
       if (scan(s, s.pool_node[cur[k]], byte) >= 0) ++seeds;
-    if (seeds == 0) { *s.pool_size = base_size; return false; }
+    if (seeds == 0) {
+      if (token_count > 0) { num = 0; can_end = 0; continue; }  // the moves come at the end
+      *s.pool_size = base_size;
+      return false;
+    }
     if (seeds > s.lim.work_cap) { *s.pool_size = base_size; *error_p = ERR_CLOSURE_TOO_LARGE; return false; }
     int w = seeds - 1;
     for (int k = 0; k < num; ++k) {
@@ -455,6 +502,7 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
       work[3 * w + 2] = -1;
       --w;
     }
+    if (moves > 0) token_moves(s, token, work, moves);
     int error = 0;
     int count = close(s, work, seeds, nxt, &can_end, &error);
     if (count < 0) { *s.pool_size = base_size; *error_p = error; return false; }
@@ -476,6 +524,9 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length) {
 // a limit (the state as it was; a limit also sets the slot's error).
 __device__ bool accept_one(const u64* t, Slot& s, long long token) {
   int b = s.b;
+  // read with the checks below, so its latency overlaps theirs: a grammar without token
+  // nodes skips the scan of the tops for token moves
+  int token_nodes = ptr<const int>(t, P_GRAMMAR_TOKEN_NODES)[s.grammar];
   signed char* terminated = ptr<signed char>(t, P_TERMINATED) + b;
   if (token < 0 || token >= s.lim.V || *terminated || ptr<int>(t, P_ERROR)[b]) return false;
   if (ptr<const signed char>(t, P_IS_STOP)[token]) {
@@ -488,7 +539,8 @@ __device__ bool accept_one(const u64* t, Slot& s, long long token) {
   int lo = id_offsets[token], hi = id_offsets[token + 1];
   if (hi == lo) return false;  // special: empty bytes or padding
   s.indexed = 0;  // the step's record of indexed frames starts empty
-  return accept_bytes(s, ptr<const unsigned char>(t, P_ID_BYTES) + lo, hi - lo);
+  return accept_bytes(s, ptr<const unsigned char>(t, P_ID_BYTES) + lo, hi - lo,
+                      token_nodes > 0 ? (int)token : -1);
 }
 
 extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token_ids,
@@ -872,10 +924,23 @@ __device__ __noinline__ int top_fits(const Slot& s, int top, const int* distance
 
 // Some top's walk fits. Each walk first gets a small local room (most tokens need one or two
 // stacks: a small frame keeps the local memory in L1, ~10x faster in a JSON string on an H200),
-// and the full BUDGET_STACKS x BUDGET_DEPTH room only when it outgrows that.
+// and the full BUDGET_STACKS x BUDGET_DEPTH room only when it outgrows that. A top that is a
+// token node whose set holds ``token`` fits when the stack after the move does (its distance
+// before the closure is the closure's smallest: ops/reference.py _token_moves_fitting).
 __device__ bool walk_fits(const Slot& s, const int* tops, int num_tops, const int* distance,
-                          const unsigned char* bytes, int lo, int hi, long long spare) {
+                          const unsigned char* bytes, int lo, int hi, long long spare,
+                          int token) {
+  const int* token_next = ptr<const int>(s.t, P_NODE_TOKEN_NEXT);
+  bool has_token_nodes = ptr<const int>(s.t, P_GRAMMAR_TOKEN_NODES)[s.grammar] > 0;
   for (int k = 0; k < num_tops; ++k) {
+    int node = s.pool_node[tops[k]];
+    int target = has_token_nodes ? token_next[s.base + node] : -1;
+    if (target >= 0) {
+      if (in_token_set(s, node, token) &&
+          pool_distance(s, distance, s.pool_parent[tops[k]]) + distance[s.base + target] <= spare)
+        return true;
+      continue;  // no byte moves a token node
+    }
     int fits = top_fits<BUDGET_SMALL_STACKS, BUDGET_SMALL_DEPTH>(s, tops[k], distance, bytes,
                                                                   lo, hi, spare);
     if (fits < 0)
@@ -953,7 +1018,7 @@ extern "C" __global__ void xg_budget(const u64* t, int B, const int* bitmask, in
     int id = by_length[k];
     if (!((row[id >> 5] >> (id & 31)) & 1) || is_stop[id]) continue;
     if (!walk_fits(s, tops, num_tops, distance, id_bytes, id_offsets[id], id_offsets[id + 1],
-                   spare))
+                   spare, id))
       atomicOr(drop + (size_t)b * words + (id >> 5), 1 << (id & 31));
   }
 }

@@ -33,7 +33,7 @@ from gxg.compiler.mask_cache import (
 )
 from gxg.compiler.passes import prepare
 from gxg.compiler.vocab_walk import TokenTrie
-from gxg.grammar.ir import Grammar
+from gxg.grammar.ir import Grammar, GrammarError
 from gxg.grammar.json_schema import deep_recursion, load_schema
 from gxg.tokenizer import TokenizerInfo
 
@@ -177,7 +177,8 @@ class CompiledGrammar:
             entries[node] = NodeTokenMask(StoreType(store), pieces["indices"], pieces["bitset"],
                                           pieces["uncertain"])
         classify = None if len(entries) == len(nodes) else \
-            NodeClassifier(automaton, token_trie(tokenizer_info))  # for the entries not kept
+            NodeClassifier(automaton, token_trie(tokenizer_info),  # for the entries not kept
+                           sorted_token_ids=tokenizer_info.sorted_token_ids)
         cache = MaskCache(int(header["num_sorted"]), nodes, classify, entries)
         return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
 
@@ -219,9 +220,19 @@ def compile_grammar_ir(grammar: Grammar, tokenizer_info: TokenizerInfo,
     ``lazy_masks``: walk no vocabulary here; each node's entry is computed when first asked
     for (the mask-cache budget then bounds what is kept instead)."""
     automaton = build_automaton(prepare(grammar), max_nodes=max_automaton_nodes)
+    _check_token_ids(automaton, tokenizer_info.vocab_size)
     cache = build_mask_cache(automaton, trie if trie is not None else token_trie(tokenizer_info),
-                             max_bytes=max_mask_cache_bytes, lazy=lazy_masks)
+                             max_bytes=max_mask_cache_bytes, lazy=lazy_masks,
+                             sorted_token_ids=tokenizer_info.sorted_token_ids)
     return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
+
+
+def _check_token_ids(automaton: Automaton, vocab_size: int) -> None:
+    """A token item's id outside the vocabulary is a GrammarError (XGrammar's message)."""
+    outside = automaton.token_set_ids[automaton.token_set_ids >= vocab_size]
+    if len(outside):
+        raise GrammarError(f"Token id {int(outside[0])} in the grammar is out of the "
+                           f"vocabulary range [0, {vocab_size})")
 
 
 class GrammarCompiler:
@@ -313,15 +324,16 @@ class GrammarCompiler:
         from gxg.grammar.structural_tag import parse_structural_tag
         from gxg.grammar.structural_tag_emission import emit_structural_tag
         tag = parse_structural_tag(*args, **kwargs)
-        return self._compiled(("structural_tag", tag.key), lambda: emit_structural_tag(tag))
+        return self._compiled(("structural_tag", tag.key),
+                              lambda: emit_structural_tag(tag, self.tokenizer_info))
 
     def compile_lark(self, lark_string: str, *, named_grammars=None) -> CompiledGrammar:
         """Lark text in XGrammar 0.2.8's dialect (see ``Grammar.from_lark``); ``named_grammars``
         maps ``@name`` references to gxg Grammars or Lark texts."""
         from gxg.grammar.lark import named_grammars_key
         key = ("lark", lark_string, named_grammars_key(named_grammars))
-        return self._compiled(key, lambda: Grammar.from_lark(lark_string,
-                                                             named_grammars=named_grammars))
+        return self._compiled(key, lambda: Grammar.from_lark(
+            lark_string, named_grammars=named_grammars, tokenizer_info=self.tokenizer_info))
 
     # ------------------------------------------------------------------ cache
     def _compiled(self, key: tuple, make_grammar) -> CompiledGrammar:

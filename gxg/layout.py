@@ -136,12 +136,16 @@ BUFFERS: Tuple[Buffer, ...] = (
     _arena("pair_unc_tokens", "int32", ("A",)),
     _arena("node_distance", "int32", ("N",), "fewest bytes to complete the node's rule"),
     _arena("grammar_max_rise", "int32", ("G",), "bound on one byte's distance rise (-1: none)"),
+    _arena("grammar_token_nodes", "int32", ("G",),
+           "token nodes of the grammar (0: accept skips the token-level moves)"),
     _arena("ids_by_length", "int32", ("V",), "token ids by byte length, longest first"),
     # what the CPU kernels read besides (``gxg.ops.arena_tables`` rebuilds a grammar's host
     # tables from the buffers above and these)
     _arena("grammar_nodes", "int32", ("G",), "number of nodes of the grammar"),
     _arena("grammar_generation", "int32", ("G",), "bumped by every register of the id"),
     _arena("node_rule", "int32", ("N",), "local rule of the node"),
+    _arena("node_token_next", "int32", ("N",),
+           "a token node's move target (local; -1: not a token node)"),
     # --- the kernels' scratch
     _scratch("work", "int32", ("B", "WORK", 3), "closure work list (node, parent, entry)"),
     _scratch("seen", "int32", ("B", "CLOSURE", 2), "closure visits (node, parent)"),

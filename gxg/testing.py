@@ -34,6 +34,10 @@ reference/xgrammar_semantics.md §2.2):
   incomplete UTF-8 sequence counts iff some completion of it is a code point of the class.
   (XGrammar 0.2.8 differs on surrogates: its classes match ED A0 80 .. ED BF BF as code points
   U+D800..U+DFFF. The tests pin that difference.)
+* A ``TokenSet`` (``Token(...)`` / ``ExcludeToken(...)``) matches one whole token, and a byte
+  string is no token: it matches no input here (a terminal that never matches, so the
+  productions that need it are dropped like those of an empty class). ``sample_sentence``
+  never derives through one.
 * ``Repeat(e, m, None)`` is unbounded.
 * Rule lookaheads are IGNORED: XGrammar treats them as trusted hints for token masks only, and
   they never change which strings are accepted.
@@ -63,6 +67,7 @@ from gxg.grammar.ir import (
     Repeat,
     RuleRef,
     Sequence,
+    TokenSet,
 )
 
 __all__ = [
@@ -194,7 +199,24 @@ class CodePointTerminal:
         return f"CodePointTerminal({self.ranges!r})"
 
 
-Terminal = Union[ByteTerminal, CodePointTerminal]
+class TokenTerminal:
+    """One whole token (a ``TokenSet``): no byte string matches it."""
+
+    __slots__ = ()
+    first_step = [None] * 256
+
+    def can_match(self) -> bool:
+        return False
+
+    def step(self, partial: bytes, byte: int):
+        return None
+
+    def __repr__(self) -> str:
+        return "TokenTerminal()"
+
+
+TOKEN_TERMINAL = TokenTerminal()
+Terminal = Union[ByteTerminal, CodePointTerminal, TokenTerminal]
 Symbol = Union[int, Terminal]  # an int is a nonterminal
 
 
@@ -243,6 +265,8 @@ class _ContextFreeGrammar:
             if ranges not in self._class_terminals:
                 self._class_terminals[ranges] = CodePointTerminal(ranges)
             return (self._class_terminals[ranges],)
+        if isinstance(expr, TokenSet):
+            return (TOKEN_TERMINAL,)
         if isinstance(expr, RuleRef):
             return (self.rule_ids[expr.name],)
         if isinstance(expr, Sequence):
@@ -612,6 +636,8 @@ def _expr_depth(expr, depth_of: dict) -> Optional[int]:
         return 0
     if isinstance(expr, CharClass):
         return 0 if expr.effective_ranges() else None
+    if isinstance(expr, TokenSet):
+        return None  # a token is no byte string
     if isinstance(expr, RuleRef):
         inner = depth_of.get(expr.name)
         return None if inner is None else inner + 1

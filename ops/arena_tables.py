@@ -58,6 +58,7 @@ class ArenaAutomaton:
     node_rule: np.ndarray
     rule_start: np.ndarray
     root_rule: int
+    token_next: np.ndarray
 
     num_nodes = Automaton.num_nodes
     num_classes = Automaton.num_classes
@@ -108,7 +109,8 @@ def automaton_of(b: Dict[str, np.ndarray], g: int) -> ArenaAutomaton:
         is_pure_return=(flags & NodeFlag.PURE_RETURN) != 0,
         node_rule=node_rule,
         rule_start=rule_start,
-        root_rule=int(node_rule[int(b["grammar_root"][g])]))
+        root_rule=int(node_rule[int(b["grammar_root"][g])]),
+        token_next=b["node_token_next"][nodes].copy())
 
 
 def mask_layout_of(b: Dict[str, np.ndarray], g: int) -> KernelMaskLayout:

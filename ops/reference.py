@@ -148,6 +148,7 @@ class HostTables:
         self.automaton = automaton
         self.layout = layout
         self.lists = a.lists  # the byte loop's tables, shared with the automaton's walkers
+        self.has_token_nodes = any(target >= 0 for target in self.lists.token_next)
         self.root_start = int(a.rule_start[a.root_rule])
         v = vocabulary
         self.vocabulary = v
@@ -379,7 +380,10 @@ def _plain_step(state: RuntimeState, slot: int, t: HostTables, entry: int, byte:
     return size
 
 
-def _advance(state, slot, t: HostTables, tops: List[int], byte: int, indexed: Dict[int, int]):
+def _advance(state, slot, t: HostTables, tops: List[int], byte: int, indexed: Dict[int, int],
+             token_seeds=()):
+    """One byte from ``tops``, closed together with ``token_seeds`` (the token's moves, added
+    at its last byte); None when nothing survives."""
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
     lists = t.lists
     cls = lists.byte_class[byte]
@@ -388,6 +392,7 @@ def _advance(state, slot, t: HostTables, tops: List[int], byte: int, indexed: Di
         target = lists.next_node[pool_node[entry]][cls]
         if target >= 0:
             seeds.append((target, int(pool_parent[entry]), -1))
+    seeds.extend(token_seeds)
     if not seeds:
         return None
     if len(seeds) > state.limits.work_capacity:
@@ -514,9 +519,27 @@ def _push_history(state: RuntimeState, slot: int) -> None:
     state.hist_len[slot] = min(int(state.hist_len[slot]) + 1, h)
 
 
-def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes) -> bool:
+def _token_seeds(state: RuntimeState, slot: int, t: HostTables, tops: List[int],
+                 token_id: int) -> List[Tuple[int, int, int]]:
+    """The moves of token ``token_id`` from the tops that are token nodes whose set holds it
+    (membership: the node's accept row), as closure seeds, in top order."""
+    token_next = t.lists.token_next
+    pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
+    seeds = []
+    for entry in tops:
+        node = int(pool_node[entry])
+        target = token_next[node]
+        if target >= 0 and (int(t.layout.rows([node])[0, token_id >> 5]) >> (token_id & 31)) & 1:
+            seeds.append((target, int(pool_parent[entry]), -1))
+    return seeds
+
+
+def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes,
+                 token_id: int = -1) -> bool:
     """Consume ``data`` as one step; False (state unchanged) if some byte cannot be consumed.
-    Hitting a limit also returns False and sets the slot's error code."""
+    Hitting a limit also returns False and sets the slot's error code. ``token_id`` (>= 0: the
+    step is that token, ``data`` its bytes): token-node tops whose set holds it move too, their
+    moves closed with the last byte's (``gxg.compiler.automaton``, token-level items)."""
     if state.terminated[slot] or state.error[slot]:
         return False
     if state.pool_size[slot] > (3 * state.limits.pool_entries) // 4:
@@ -525,15 +548,22 @@ def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes) -> 
     tops = state.tops[slot, : state.num_tops[slot]].tolist()
     can_end = bool(state.can_end[slot])
     indexed: Dict[int, int] = {}
+    token_seeds = (_token_seeds(state, slot, t, tops, token_id)
+                   if token_id >= 0 and t.has_token_nodes else [])
+    last = len(data) - 1
     try:
-        for byte in data:
-            if len(tops) == 1:
+        for i, byte in enumerate(data):
+            moves = token_seeds if i == last else ()
+            if len(tops) == 1 and not moves:
                 top = _plain_step(state, slot, t, tops[0], byte, base, indexed)
                 if top is not None:
                     tops, can_end = [top], False
                     continue
-            result = _advance(state, slot, t, tops, byte, indexed)
+            result = _advance(state, slot, t, tops, byte, indexed, moves)
             if result is None:
+                if token_seeds:  # the bytes died; the token's moves still come at its end
+                    tops, can_end = [], False
+                    continue
                 state.pool_size[slot] = base
                 return False
             tops, can_end = result
@@ -569,7 +599,7 @@ def accept_token(state: RuntimeState, slot: int, t: HostTables, token_id: int) -
         return accept_stop_token(state, slot)
     if t.special[token_id]:
         return False
-    return accept_bytes(state, slot, t, t.decoded_vocab[token_id])
+    return accept_bytes(state, slot, t, t.decoded_vocab[token_id], token_id)
 
 
 def accept_tokens(state: RuntimeState, slot: int, t: HostTables, token_ids) -> int:
@@ -669,12 +699,31 @@ def restrict_to_budget(state: RuntimeState, slot: int, t: HostTables, row: np.nd
     fits = np.zeros(len(todo), dtype=bool)
     if stacks and spare >= 0:
         fits = _fitting_after(t, stacks, sorted_index[todo], spare)
+        if t.has_token_nodes:
+            fits |= _token_moves_fitting(t, stacks, todo, spare)
     kept = row.copy()
     _clear_bits(kept, todo[~fits])
     if not kept.any():
         return False
     row[:] = kept
     return True
+
+
+def _token_moves_fitting(t: HostTables, stacks, token_ids: np.ndarray, spare: int
+                         ) -> np.ndarray:
+    """bool per token id: some stack whose top is a token node whose set holds the token is
+    within ``spare`` of completion after the move. The stack before the move's closure has the
+    closure's smallest distance (a pop keeps the sum, the best push chain keeps it too)."""
+    fits = np.zeros(len(token_ids), dtype=bool)
+    distance = t.completion.node_distance
+    for stack in stacks:
+        if not stack or t.lists.token_next[stack[-1]] < 0:
+            continue
+        moved = t.completion.stack_distance(stack[:-1]) + int(
+            distance[t.lists.token_next[stack[-1]]])
+        if moved <= spare:
+            fits |= _bits(t.layout.rows([stack[-1]])[0], token_ids)
+    return fits
 
 
 def _bits(row: np.ndarray, token_ids: np.ndarray) -> np.ndarray:
@@ -716,7 +765,7 @@ def _accepted_by_steps(state: RuntimeState, slot: int, t: HostTables,
     state.copy_slot(slot, scratch, 0)
     out = []
     for token in t.sorted_token_ids[sorted_indices].tolist():
-        if accept_bytes(scratch, 0, t, t.decoded_vocab[token]):
+        if accept_bytes(scratch, 0, t, t.decoded_vocab[token], token):
             out.append(token)
             rollback(scratch, 0, 1)
         elif scratch.error[0]:

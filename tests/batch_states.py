@@ -27,3 +27,75 @@ def compare_states(cpu: GrammarBatch, gpu: GrammarBatch, where: str) -> None:
             continue  # compared through rollbacks
         else:
             np.testing.assert_array_equal(x, y, err_msg=f"{where}: {name}")
+
+
+def check_masks_against_matchers(bitmask, matchers, vocab_size: int, where: str) -> None:
+    """Each row of the batch's filled ``bitmask`` (CPU) equals its slot's matcher's mask (slots
+    whose matcher has terminated are skipped)."""
+    from gxg.matcher import allocate_token_bitmask
+    from mask_oracles import mask_to_bool
+    for slot, matcher in enumerate(matchers):
+        if matcher.is_terminated():
+            continue
+        single = allocate_token_bitmask(1, vocab_size)
+        matcher.fill_next_token_bitmask(single)
+        np.testing.assert_array_equal(mask_to_bool(bitmask[slot].numpy(), vocab_size),
+                                      mask_to_bool(single[0].numpy(), vocab_size),
+                                      err_msg=f"{where} slot {slot}")
+
+
+def accept_against_matchers(batch: GrammarBatch, matchers, tokens) -> None:
+    """Accept ``tokens`` (one per slot) in the batch and in each live slot's matcher: the same
+    verdicts, then the same stacks."""
+    import torch
+    accepted = batch.accept(torch.tensor(tokens))
+    for slot, matcher in enumerate(matchers):
+        if not matcher.is_terminated():
+            assert bool(accepted[slot]) == matcher.accept_token(tokens[slot]), slot
+    host = batch.host_state()
+    for slot, matcher in enumerate(matchers):
+        assert host.stacks(slot) == matcher.state.stacks(0), slot
+
+
+def capture_accept_then_fill(gpu: GrammarBatch, warm: GrammarBatch, tokens, bitmask):
+    """A CUDA graph of ``gpu.accept(tokens)`` then ``gpu.fill_next_token_bitmask(bitmask)``
+    (``warm``: a batch like ``gpu``, run once on a side stream first so that the kernels are
+    built and nothing is allocated during capture); ``bitmask`` holds step 0's mask."""
+    import torch
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        warm.fill_next_token_bitmask(torch.zeros_like(bitmask))
+        warm.accept(torch.zeros_like(tokens))
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    gpu.fill_next_token_bitmask(bitmask)
+    with torch.cuda.graph(graph):
+        gpu.accept(tokens)
+        gpu.fill_next_token_bitmask(bitmask)
+    return graph
+
+
+def run_with_rollbacks(batch: GrammarBatch, grammars, steps: int, seed: int, choose,
+                       check) -> None:
+    """Bind ``grammars`` round-robin, then ``steps`` times: fill -> ``choose(rows, rng)`` (one
+    token per slot from the filled rows) -> accept, with random rollbacks of 0-2 tokens;
+    ``check(what, bitmask)`` after each op. Deterministic for a seed, so a CPU and a CUDA batch
+    given the same arguments take the same tokens while their masks agree."""
+    import random
+    import torch
+    rng = random.Random(seed)
+    for slot in range(batch.max_batch):
+        batch.bind(slot, grammars[slot % len(grammars)])
+    words = (batch.arena.vocab_size + 31) // 32
+    bitmask = torch.zeros((batch.max_batch, words), dtype=torch.int32, device=batch.device)
+    for _ in range(steps):
+        batch.fill_next_token_bitmask(bitmask)
+        check("fill", bitmask)
+        tokens = choose(bitmask.cpu().numpy(), rng)
+        batch.accept(torch.tensor(tokens, dtype=torch.int64, device=batch.device))
+        check("accept", bitmask)
+        if rng.random() < 0.2:
+            counts = [rng.randrange(3) for _ in range(batch.max_batch)]
+            batch.rollback(torch.tensor(counts, dtype=torch.int64, device=batch.device))
+            check("rollback", bitmask)

@@ -371,11 +371,7 @@ INVALID = [
     # constructs gxg does not support yet
     ('root [max_tokens=5] ::= "a"', 1, 6, "rule attributes", XGR_REJECTS),
     ('root ::= x\nx [lazy] ::= "a"', 2, 3, "rule attributes", XGR_UNCHECKED),
-    # (Regex, Substring and TagDispatch are supported: tests/test_ebnf_macros.py)
-    ("root ::= Token(1)", 1, 10, "macro Token(...) is not supported", XGR_ACCEPTS),
-    ("root ::= ExcludeToken(1)", 1, 10, "macro ExcludeToken(...)", XGR_ACCEPTS),
-    ('root ::= TokenTagDispatch((1, x))\nx ::= "a"', 1, 10, "macro TokenTagDispatch(...)",
-     XGR_ACCEPTS),
+    # (the macros are supported: tests/test_ebnf_macros.py, tests/test_token_items*.py)
 ]
 
 INVALID_PARAMS = [pytest.param(*case, id=f"{case[1]}:{case[2]} {case[3]}") for case in INVALID]

@@ -270,11 +270,7 @@ ERRORS = [
     ('root ::= Regex(' + "(" * 120 + ')' * 120 + ')', 1, 116, "nested too deeply"),
     ('root ::= "a" (= Regex("b"))', 1, 17, "cannot be used in a lookahead assertion"),
     ('root ::= "a" (= TagDispatch(("t", r)))\nr ::= "a"', 1, 17, "lookahead"),
-    # the macros about token ids stay unsupported
-    ("root ::= Token(1)", 1, 10, "the macro Token(...) is not supported by gxg"),
-    ("root ::= ExcludeToken(1)", 1, 10, "the macro ExcludeToken(...) is not supported by gxg"),
-    ('root ::= TokenTagDispatch((1, x))\nx ::= "a"', 1, 10,
-     "the macro TokenTagDispatch(...) is not supported by gxg"),
+    # (the macros about token ids: tests/test_token_items_frontend.py)
 ]
 
 
@@ -295,7 +291,6 @@ XGRAMMAR_ACCEPTS = {
     'root ::= Regex("a", json_string=true, json_string=true)',       # repeated keyword
     'root ::= TagDispatch(("t", r), loop_after_dispatch=true, loop_after_dispatch=false)',
     'root ::= Regex("\\"", json_string=true)',                        # empty language
-    "root ::= Token(1)", "root ::= ExcludeToken(1)", 'root ::= TokenTagDispatch((1, x))\nx ::= "a"',
 }
 XGRAMMAR_LATE = {'root ::= Regex("ab(")', 'root ::= Regex("\\\\d(")', 'root ::= Regex("a{2,1}")'}
 

@@ -566,8 +566,12 @@ ERRORS = [
     ("start: /a^b/", "failed to compile regular expression", 1, 8, "accepts"),
     ("start: /\\a/", "failed to compile regular expression", 1, 8, "accepts"),
     ("start: /[\\p{L}]/", "failed to compile regular expression", 1, 8, "accepts"),
-    ("start: <|tool|>", "special token <|tool|>", 1, 8, "error"),
-    ("start: <[0,2]>", "special token <[0,2]>", 1, 8, "accepts"),
+    # special tokens, without a tokenizer (the same messages as XGrammar's)
+    ("start: <|tool|>", "named special token <|tool|> requires tokenizer_info", 1, 8, "error"),
+    ("start: <[]>", "empty numeric special-token range", 1, 8, "error"),
+    ("start: <[3-2]>", "invalid numeric special-token range '3-2'", 1, 8, "error"),
+    ("start: <[x]>", "invalid numeric special-token range 'x'", 1, 8, "error"),
+    ("start: <[-1]>", "invalid numeric special-token range '-1'", 1, 8, "error"),
     ('start: x\nx[max_tokens=3]: "a"', "max_tokens", 2, 3, "accepts"),
     ("start: thing\nthing[lazy]: /[a-z]+/", "general lazy rules", 2, 7, "accepts"),
     ('start: head\nhead[lazy]: ( /(\\n|.)*/ "<end>" )', "general lazy rules", 2, 6, "accepts"),
@@ -670,3 +674,54 @@ def test_random_strings_agree_with_xgrammar(index):
         assert _gxg_accepts(compiled, value) == expected, value
         accepted += expected
     assert 20 <= accepted <= 280, accepted     # both answers are well represented
+
+
+# ----------------------------------------------------------------------------- special tokens
+
+SPECIAL_VOCAB = ["a", "b", "<|im_end|>", "<|call|>", "</s>", "x", "<think>", "<|im_end|>", " "]
+SPECIAL_CASES = [  # (Lark text, the printed IR's token items)
+    ('start: "a" <[2]>', "Token(2)"),
+    ("start: <[1,1]>", "Token(1)"),
+    ("start: <[2-3,5]>*", "Token(2, 3, 5)"),
+    ('start: <think> "a"', "Token(6)"),
+    ("start: <|im_end|>", "Token(2, 7)"),    # every id with that text
+    ('start: "a" <|call|> "x"\n%ignore " "', "Token(3)"),
+]
+
+
+@pytest.mark.parametrize("text, items", SPECIAL_CASES)
+def test_special_tokens_are_token_items(text, items):
+    info = gxg.TokenizerInfo([t.encode() for t in SPECIAL_VOCAB], vocab_size=10,
+                             stop_token_ids=[4])
+    grammar = gxg.Grammar.from_lark(text, tokenizer_info=info)
+    assert items in str(grammar)
+    compiled = gxg.GrammarCompiler(info).compile_lark(text)
+    if xgr is None:
+        return
+    xinfo = xgr.TokenizerInfo(SPECIAL_VOCAB, xgr.VocabType.RAW, vocab_size=10,
+                              stop_token_ids=[4])
+    theirs = xgr.GrammarCompiler(xinfo, cache_enabled=False).compile_grammar(
+        xgr.Grammar.from_lark(text, tokenizer_info=xinfo))
+    rng = random.Random(text)
+    ours, xmatcher = gxg.GrammarMatcher(compiled), xgr.GrammarMatcher(theirs)
+    for _ in range(8):  # a random walk: the same masks, the same verdicts
+        if ours.is_terminated():
+            assert xmatcher.is_terminated()
+            break
+        a, b = gxg.allocate_token_bitmask(1, 10), xgr.allocate_token_bitmask(1, 10)
+        ours.fill_next_token_bitmask(a)
+        xmatcher.fill_next_token_bitmask(b)
+        assert a.tolist() == b.tolist()
+        allowed = [t for t in range(10) if (int(a[0, 0]) >> t) & 1]
+        if not allowed:
+            break
+        token = rng.choice(allowed)
+        assert ours.accept_token(token) == xmatcher.accept_token(token)
+
+
+def test_unknown_named_special_tokens_are_errors():
+    info = gxg.TokenizerInfo([t.encode() for t in SPECIAL_VOCAB], vocab_size=10)
+    with pytest.raises(GrammarError, match="unknown special token <|nope|>"):
+        gxg.Grammar.from_lark("start: <|nope|>", tokenizer_info=info)
+    with pytest.raises(GrammarError, match="out of the vocabulary range"):
+        gxg.GrammarCompiler(info).compile_lark("start: <[99]>")

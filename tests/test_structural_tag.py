@@ -5,7 +5,7 @@ Specification tables (a structural tag, strings it must accept, strings it must 
 checked through gxg's whole pipeline on the CPU (structural tag -> IR -> passes -> automaton ->
 matcher) and, when XGrammar is installed, the same strings through XGrammar 0.2.8. Then a few
 realistic tool-calling tags, token masks equal to XGrammar's along random walks, the input
-forms, the refused (token-level) formats and invalid input.
+forms, the refused region budgets (`max_tokens`) and invalid input.
 """
 from __future__ import annotations
 
@@ -409,40 +409,20 @@ def test_masks_equal_xgrammar_along_random_walks():
 
 # ----------------------------------------------------------------------------- refusals, errors
 
-TOKEN_LEVEL = [
-    pytest.param({"type": "token", "token": 5}, "$.format", id="token"),
-    pytest.param({"type": "exclude_token", "exclude_tokens": [1]}, "$.format",
-                 id="exclude_token"),
-    pytest.param({"type": "any_tokens"}, "$.format", id="any_tokens"),
-    pytest.param({"type": "token_triggered_tags", "trigger_tokens": [7],
-                  "tags": [tag({"type": "token", "token": 7}, X, "</f>")]}, "$.format",
-                 id="token_triggered_tags"),
-    pytest.param({"type": "token_dispatch", "rules": [[3, X]]}, "$.format",
-                 id="token_dispatch"),
-    pytest.param(tag({"type": "token", "token": 7}, X, "</a>"), "$.format.begin",
-                 id="tag-token-begin"),
-    pytest.param(tag("<a>", X, {"token": "<|end|>"}), "$.format.end", id="tag-token-end"),
+# (the token-level formats are supported: tests/test_token_items_frontend.py)
+TOKEN_BUDGETS = [
     pytest.param({"type": "sequence", "elements": [X, any_text(max_tokens=5)]},
                  "$.format.elements[1].max_tokens", id="any_text-max_tokens"),
+    pytest.param({"type": "any_tokens", "max_tokens": 3}, "$.format.max_tokens",
+                 id="any_tokens-max_tokens"),
 ]
 
 
-@pytest.mark.parametrize("fmt, path", TOKEN_LEVEL)
-def test_token_level_formats_are_refused(fmt, path):
-    with pytest.raises(GrammarError, match="token-level formats are not supported") as info:
+@pytest.mark.parametrize("fmt, path", TOKEN_BUDGETS)
+def test_token_budgets_of_regions_are_refused(fmt, path):
+    with pytest.raises(GrammarError, match="token budget") as info:
         Grammar.from_structural_tag(_tag(fmt))
     assert str(info.value).startswith(path + ":")
-
-
-@pytest.mark.parametrize("fmt, path, words", [
-    # The XML styles and excludes are implemented (tests/test_structural_tag_xml.py) except
-    # this recursive style.
-    (json_schema({"type": "object"}, style="cohere_xml"), "$.format.style", "cohere_xml"),
-])
-def test_unsupported_json_schema_options_are_refused(fmt, path, words):
-    with pytest.raises(GrammarError, match="not supported by gxg yet") as info:
-        Grammar.from_structural_tag(_tag(fmt))
-    assert str(info.value).startswith(path + ":") and words in str(info.value)
 
 
 BAD = [

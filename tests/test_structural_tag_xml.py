@@ -158,18 +158,26 @@ def _run(source: str, texts):
         return [gxg_accepts("structural_tag", source, text) for text in texts]
 
 
-@needs_xgrammar
-@pytest.mark.parametrize("style", STYLES)
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_style_matches_xgrammar(style, case):
-    schema, options, docs = CASES[case]
-    source = _tag(schema, style, **options)
-    texts = strings_for(style, docs, 4)
+def assert_agrees_with_xgrammar(source: str, texts) -> None:
+    """gxg's verdict on every text is XGrammar's, and some texts are accepted."""
     ours = _run(source, texts)
     theirs = [xgr_accepts("structural_tag", source, text) for text in texts]
     differing = [(t, o, x) for t, o, x in zip(texts, ours, theirs) if o != x]
     assert not differing, differing[:5]
     assert any(ours), "the table should hold accepted strings"
+
+
+def assert_specification(source: str, accepted, rejected) -> None:
+    assert all(_run(source, accepted)), accepted
+    assert not any(_run(source, rejected)), rejected
+
+
+@needs_xgrammar
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_style_matches_xgrammar(style, case):
+    schema, options, docs = CASES[case]
+    assert_agrees_with_xgrammar(_tag(schema, style, **options), strings_for(style, docs, 4))
 
 
 # minimax_m3_xml: every value an element body (M<name>value M</name>, arrays as M<item>s)
@@ -238,9 +246,12 @@ M3_CASES = {
 }
 
 
-def m3_strings(docs, mutated: int):
-    texts = [render_m3(doc) for doc in docs]
-    texts += [render_m3(doc, ws) for ws in (" ", "\n\t") for doc in docs]
+def rendered_strings(render, docs, mutated: int, targeted=lambda text: ()):
+    """``docs`` rendered (``render(doc, ws)``) without whitespace and with some, then near
+    misses of the compact ones: ``targeted`` damage and random ``mutations``."""
+    texts = [render(doc) for doc in docs]
+    texts += [render(doc, ws) for ws in (" ", "\n\t", " \r\n") for doc in docs]
+    texts += [m for text in texts[:len(docs)] for m in targeted(text)]
     texts += [m for text in texts[:len(docs)] for m in mutations(text, mutated)]
     return list(dict.fromkeys(texts))
 
@@ -249,13 +260,8 @@ def m3_strings(docs, mutated: int):
 @pytest.mark.parametrize("case", sorted(M3_CASES))
 def test_minimax_m3_matches_xgrammar(case):
     schema, options, docs = M3_CASES[case]
-    source = _tag(schema, "minimax_m3_xml", **options)
-    texts = m3_strings(docs, 6)
-    ours = _run(source, texts)
-    theirs = [xgr_accepts("structural_tag", source, text) for text in texts]
-    differing = [(t, o, x) for t, o, x in zip(texts, ours, theirs) if o != x]
-    assert not differing, differing[:5]
-    assert any(ours), "the table should hold accepted strings"
+    assert_agrees_with_xgrammar(_tag(schema, "minimax_m3_xml", **options),
+                                rendered_strings(render_m3, docs, 6))
 
 
 def test_minimax_m3_specification():
@@ -266,8 +272,7 @@ def test_minimax_m3_specification():
     rejected = [f"{M3}<age>3{M3}</age>{M3}<name>B{M3}</name>",
                 f"{M3}<name>B{M3}</name>{M3}<age> 3{M3}</age>",
                 f"{M3}<name>B{M3}</name>{M3}<age>3{M3}</wrong>"]
-    assert all(_run(source, accepted)), accepted
-    assert not any(_run(source, rejected)), rejected
+    assert_specification(source, accepted, rejected)
 
 
 # (style, schema, options, accepted, rejected): the specification without the oracle.
@@ -309,8 +314,7 @@ SPEC = [
 @pytest.mark.parametrize("style, schema, options, accepted, rejected", SPEC)
 def test_style_specification(style, schema, options, accepted, rejected):
     source = _tag(schema, style, **options)
-    assert all(_run(source, accepted)), accepted
-    assert not any(_run(source, rejected)), rejected
+    assert_specification(source, accepted, rejected)
 
 
 def test_a_pattern_that_needs_helper_rules_keeps_them():
@@ -351,9 +355,227 @@ def test_json_style_excludes_match_xgrammar(excludes):
     assert ours == theirs, [(t, o, x) for t, o, x in zip(texts, ours, theirs) if o != x][:5]
 
 
+# cohere_xml: every value an element <cofl:value[ name="N"] type="raw|json|dict|list">...
+COHERE_OPEN, COHERE_CLOSE = "<cofl:value", "</cofl:value>"
+
+
+def _cohere_name(name: str) -> str:
+    return "".join({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}.get(c, c)
+                   for c in name)
+
+
+def cohere_element(value, name=None, ws: str = "") -> str:
+    """One value as cohere_xml writes it: strings raw, objects ``dict`` (their members named),
+    arrays ``list`` (their items unnamed, nothing between them), other values JSON; ``ws``
+    around JSON and container bodies and between members."""
+    attribute = "" if name is None else f' name="{_cohere_name(name)}"'
+    if isinstance(value, str):
+        kind, body = "raw", value
+    elif isinstance(value, dict):
+        kind, body = "dict", ws + cohere_body(value, ws) + ws
+    elif isinstance(value, list):
+        kind, body = "list", ws + cohere_body(value, ws) + ws
+    else:
+        kind, body = "json", ws + json.dumps(value) + ws
+    return f'{COHERE_OPEN}{attribute} type="{kind}">{body}{COHERE_CLOSE}'
+
+
+def cohere_body(value, ws: str = "") -> str:
+    """A body alone (the root): an object's members, an array's items, a scalar as it is."""
+    if isinstance(value, dict):
+        return "".join(ws + cohere_element(v, k, ws) for k, v in value.items()) + ws
+    if isinstance(value, list):
+        return "".join(cohere_element(v, None, ws) for v in value)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def cohere_mutations(text: str):
+    """Targeted damage: a type attribute swapped for each other one, a close tag or a name
+    attribute dropped, an item given a name."""
+    kinds = ("raw", "json", "dict", "list")
+    for kind in kinds:
+        if f'type="{kind}"' in text:
+            for other in kinds:
+                if other != kind:
+                    yield text.replace(f'type="{kind}"', f'type="{other}"', 1)
+    if COHERE_CLOSE in text:
+        yield text.replace(COHERE_CLOSE, "", 1)
+        yield text[::-1].replace(COHERE_CLOSE[::-1], "", 1)[::-1]
+    if ' name="' in text:
+        start = text.index(' name="')
+        yield text[:start] + text[text.index('"', start + 7) + 1:]
+    if f"{COHERE_OPEN} type=" in text:
+        yield text.replace(f"{COHERE_OPEN} type=", f'{COHERE_OPEN} name="0" type=', 1)
+
+
+COHERE_VALUES = {"type": "object", "properties": {
+    "e": {"enum": ["x", 1, 1.5, True, None, [1, "a"], {"k": "v"}]}, "c": {"const": "hi"},
+    "u": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 3},
+                    {"type": "object", "properties": {"k": {"type": "null"}}}]},
+    "t": {"type": ["number", "null", "array"], "items": {"type": "boolean"}},
+    "o": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
+    "one": {"allOf": [{"type": "boolean"}]}, "any": {}, "f": {"enum": [0.1, 2.0]},
+    "s": {"enum": ["a<b", "c&d"]}}}
+COHERE_ARRAYS = {"type": "object", "properties": {
+    "t": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}],
+          "items": {"type": "boolean"}, "minItems": 1, "maxItems": 4},
+    "p": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "null"}]},
+    "r": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2},
+    "n": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+    "o": {"type": "array", "items": {"type": "object", "properties": {
+        "k": {"type": "string"}}, "required": ["k"]}},
+    "a": {"type": "array", "items": {}}, "e": {"type": "array"},
+    "u": {"type": "array", "unevaluatedItems": {"type": "null"}}}}
+COHERE_OBJECTS = {"type": "object", "properties": {
+    "plain": {"type": "object", "title": "any dictionary"},
+    "closed": {"type": "object", "required": []},
+    "open": {"type": "object", "properties": {"a": {"type": "integer"}},
+             "additionalProperties": True},
+    "typed": {"type": "object", "additionalProperties": {"type": "integer"},
+              "minProperties": 1, "maxProperties": 2},
+    "inferred": {"properties": {"x": {"type": "string"}}, "unevaluatedProperties": False}}}
+COHERE_EXTRA = {"type": "object", "required": ["a"], "properties": {
+    "a": {"type": "integer"}, 'b"&<c>': {"type": "null"}},
+    "additionalProperties": {"type": "string"}}
+COHERE_RECURSIVE = {"type": "object", "$defs": {
+    "s": {"type": "string"},
+    "node": {"type": "object", "properties": {"v": {"type": "integer"},
+                                              "next": {"$ref": "#/$defs/node"}}},
+    "choice": {"anyOf": [{"$ref": "#/$defs/s"}, {"type": "array", "items": {
+        "$ref": "#/$defs/choice"}}]}},
+    "properties": {"a": {"$ref": "#/$defs/s"}, "r": {"$ref": "#/$defs/node"},
+                   "c": {"$ref": "#/$defs/choice"}, "self": {"$ref": "#"}}}
+COHERE_NUMBERS = {"type": "object", "properties": {
+    "i": {"type": "integer", "minimum": -3, "exclusiveMaximum": 120},
+    "m": {"type": "integer", "multipleOf": 3}, "n": {"type": "number"},
+    "b": {"type": "boolean"}, "z": {"type": "null"}}}
+COHERE_CASES = {
+    "person": (PERSON, {}, CASES["person"][2] + [
+        {"name": "x", "age": 1, "address": {"city": "c"}}, {"name": "x", "age": 1, "tags": []},
+        {"name": "a</cofl:value>b", "age": 1}, {"name": "<cofl:value>", "age": 1}]),
+    "values": (COHERE_VALUES, {}, [
+        {"e": v} for v in ("x", 1, 1.5, True, None, [1, "a"], {"k": "v"}, "y", 2)] + [
+        {"e": "[1,\"a\"]"}, {"c": "hi"}, {"c": "ho"}, {"u": "s"}, {"u": 3}, {"u": 2},
+        {"u": {"k": None}}, {"u": {}}, {"t": 2.5}, {"t": None}, {"t": [True, False]}, {"t": []},
+        {"t": "x"}, {"o": 3}, {"o": "x"}, {"one": True}, {"one": "true"}, {"any": "t"},
+        {"any": 3.5e-2}, {"any": [1, {"a": None}, "s"]}, {"any": {"q": {"r": [False]}}},
+        {"any": None}, {"f": "0.10000000000000001"}, {"f": 0.1}, {"f": 2}, {"f": 2.0},
+        {"s": "a<b"}, {"s": "a&lt;b"}, {"e": "x", "c": "hi", "u": "s", "t": None, "o": 1}]),
+    # (known formats are gxg's languages of them, as in the other styles: 2024-02-30 is no
+    # date for gxg, XGrammar's regex takes it)
+    "strings": (STRINGS, {}, CASES["strings"][2] + [{"p": "ab"}, {"l": "a b"},
+                                                    {"d": "2024-02-28"}]),
+    "arrays": (COHERE_ARRAYS, {}, [
+        {"t": ["a", 1]}, {"t": ["a", 1, True, False]}, {"t": ["a", 1, True, True, True]},
+        {"t": ["a"]}, {"t": []}, {"p": [1, None]}, {"p": [1]}, {"p": [1, None, 2]},
+        {"r": [1]}, {"r": [1, 2, 3]}, {"r": []}, {"n": [["a", "b"], []]}, {"n": ["a"]},
+        {"o": [{"k": "x"}, {"k": "y"}]}, {"o": [{}]}, {"a": [1, "x", [None], {"q": True}]},
+        {"e": []}, {"e": [1]}, {"u": [None, None]}, {"u": [1]}]),
+    "objects": (COHERE_OBJECTS, {}, [
+        {"plain": {}}, {"plain": {"a": 1, "b c": ["x"], "é": {"d": None}}},
+        {"closed": {}}, {"closed": {"a": 1}}, {"open": {"a": 1, "b": "x", "c": [2]}},
+        {"open": {"b": {"a": 1}}}, {"typed": {"x": 1}}, {"typed": {"x": 1, "y": 2}},
+        {"typed": {"x": 1, "y": 2, "z": 3}}, {"typed": {}}, {"typed": {"x": "1"}},
+        {"inferred": {"x": "s"}}, {"inferred": {"y": "s"}}]),
+    "extra": (COHERE_EXTRA, {}, [
+        {"a": 1}, {"a": 1, "b": "x"}, {"a": 1, 'b"&<c>': None}, {"a": 1, 'b"&<c>': "x"},
+        {"a": 1, 'b"&<c>d': "x"}, {"a": 1, "a ": "x"}, {"a": 1, "é q": "x", "z": "y"},
+        {"b": "x", "a": 1}, {"a": "x"}, {"a": 1, "b": 2}]),
+    "anything": (True, {}, [{}, {"a": "x", "b": [1]}, {"a": {"x": 1}}, {"a-b": None},
+                            {"a": [{"b": 1}, "s", []]}, {"a": "x", "a&amp;": 1}]),
+    "any_of_objects": ({"anyOf": [
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+        {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}]}, {},
+        [{"a": 1}, {"b": "x"}, {"a": 1, "b": "x"}, {}]),
+    "refs": (COHERE_RECURSIVE, {}, [
+        {"a": "s"}, {"r": {"v": 1, "next": {"next": {"v": 2}}}}, {"r": {"next": 1}},
+        {"c": "x"}, {"c": ["x", ["y", []]]}, {"c": [1]}, {"self": {"self": {"a": "q"}}},
+        {"self": {"b": 1}}, {"a": 1}]),
+    "numbers": (COHERE_NUMBERS, {}, [
+        {"i": -3}, {"i": -4}, {"i": 119}, {"i": 120}, {"i": 0}, {"m": 9}, {"m": 10},
+        {"m": -12}, {"n": 1.5e-3}, {"n": -0.0}, {"n": 1e5}, {"b": False}, {"z": None},
+        {"i": "1"}]),
+    "any_order": ({"type": "object", "required": ["b"], "additionalProperties": {"type": "null"},
+                   "properties": {"a": {"type": "integer"}, "b": {"type": "object", "properties": {
+                       "x": {"type": "null"}, "y": {"type": "null"}}, "required": ["y"]}}},
+                  {"any_order": True}, [
+        {"b": {"y": None}}, {"b": {"y": None, "x": None}}, {"b": {"x": None}, "a": 1},
+        {"a": 1}, {"zz": None, "b": {"y": None}}, {"b": {}, "a": 1}, {}]),
+    "any_order_bounds": ({"type": "object", "minProperties": 1, "maxProperties": 2,
+                          "properties": {"a": {"type": "null"}, "b": {"type": "null"},
+                                         "c": {"type": "null"}}}, {"any_order": True}, [
+        {}, {"c": None}, {"c": None, "a": None}, {"a": None, "b": None, "c": None}]),
+    "bounds": ({"type": "object", "minProperties": 1, "maxProperties": 2, "properties": {
+        "a": {"type": "integer"}, "b": {"type": "null"}, "c": {"type": "string"}}}, {}, [
+        {}, {"a": 1}, {"a": 1, "b": None}, {"a": 1, "b": None, "c": "x"}, {"c": "x"}]),
+    "whitespace": ({"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}},
+        "c": {"type": "object", "properties": {"d": {"type": "string"}}}}},
+        {"max_whitespace_cnt": 2}, [{"a": 1}, {"a": 1, "b": [1, 2]}, {"b": []},
+                                    {"c": {"d": " x "}}]),
+    "scalar_root": ({"type": ["string", "integer"]}, {}, ["text", 12, "a" + COHERE_CLOSE]),
+    "array_root": ({"type": "array", "items": {"enum": ["x", 2]}}, {}, [[], ["x", 2], ["y"]]),
+    "enum_root": ({"enum": ["a", 1, {"k": [1]}]}, {}, ["a", 1, {"k": [1]}, "b"]),
+    "ref_root": ({"$ref": "#/$defs/o", "$defs": {"o": {"type": "object", "properties": {
+        "x": {"anyOf": [{}, {"type": "integer"}]}}}}}, {}, [{"x": 1}, {"x": [None]}, {},
+                                                            {"y": 1}]),
+    "literals": ({"type": "object", "properties": {"e": {"enum": [
+        "a\nb", "", "é<&>", {"ü": "\u0001"}, [True, None], -1.25e-7, 12345678901234567890]}}},
+        {}, [{"e": v} for v in ("a\nb", "", "é<&>", {"ü": "\u0001"}, [True, None], -1.25e-7,
+                                12345678901234567890)]),
+    "type_lists": ({"type": "object", "properties": {
+        "a": {"type": ["object", "null"]},
+        "b": {"type": ["object", "null"], "properties": {"q": {"type": "integer"}}},
+        "c": {"anyOf": [{"anyOf": [{"type": "string"}, {"type": "null"}]},
+                        {"type": ["integer", "boolean"]},
+                        {"allOf": [{"type": "array", "items": {"type": "string"}}]}]},
+        "d": {"items": {"type": "integer"}}, "e": {"properties": {"x": {"type": "null"}}}}},
+        {}, [{"a": {"z": 1}}, {"a": None}, {"b": {"q": 1}}, {"b": {"z": 1}}, {"b": None},
+             {"c": "x"}, {"c": None}, {"c": 1}, {"c": True}, {"c": ["x"]}, {"c": {}},
+             {"d": [1, 2]}, {"d": "x"}, {"e": {"x": None}}, {"e": {"y": None}}]),
+    "additional_bounds": ({"type": "object", "properties": {"": {"type": "null"}},
+                           "additionalProperties": {"type": "integer"}, "minProperties": 2}, {}, [
+        {"": None}, {"": None, "b": 1}, {"b": 1, "c": 2}, {"b": 1}, {"": 1, "b": 2}]),
+}
+
+
+@needs_xgrammar
+@pytest.mark.parametrize("case", sorted(COHERE_CASES))
+def test_cohere_matches_xgrammar(case):
+    schema, options, docs = COHERE_CASES[case]
+    assert_agrees_with_xgrammar(_tag(schema, "cohere_xml", **options),
+                                rendered_strings(cohere_body, docs, 6, cohere_mutations))
+
+
+def test_cohere_specification():
+    source = _tag(PERSON, "cohere_xml")
+    accepted = [
+        '<cofl:value name="name" type="raw"> Bob\n</cofl:value>\n'
+        '<cofl:value name="age" type="json"> 3 </cofl:value>',
+        '<cofl:value name="name" type="raw">B</cofl:value><cofl:value name="age" type="json">-1'
+        '</cofl:value><cofl:value name="tags" type="list"> <cofl:value type="raw">t</cofl:value>'
+        '<cofl:value type="raw">u</cofl:value> </cofl:value><cofl:value name="address" '
+        'type="dict"><cofl:value name="city" type="raw">P</cofl:value></cofl:value>']
+    rejected = [
+        '<cofl:value name="age" type="json">3</cofl:value>'
+        '<cofl:value name="name" type="raw">B</cofl:value>',
+        '<cofl:value name="name" type="raw">B</cofl:value>'
+        '<cofl:value name="age" type="raw">3</cofl:value>',
+        '<cofl:value name="name" type="raw">B</cofl:value><cofl:value name="age" type="json">1'
+        '</cofl:value><cofl:value name="tags" type="list"><cofl:value type="raw">t</cofl:value>'
+        ' <cofl:value type="raw">u</cofl:value></cofl:value>',
+        '<cofl:value name="name" type="raw">B</cofl:value><cofl:value name="age" type="json">1'
+        '</cofl:value><cofl:value name="tags" type="list"><cofl:value name="0" type="raw">t'
+        '</cofl:value></cofl:value>']
+    assert_specification(source, accepted, rejected)
+
+
 # refusals: the path of the format and the keyword's JSON pointer in the message
+def _cohere_property(schema) -> dict:
+    return {"type": "object", "properties": {"a": schema}}
+
+
 REFUSED = [
-    ("cohere_xml", PERSON, {}, "$.format.style", "cohere_xml"),
     ("qwen_xml", PERSON, {"excludes": [" x"]}, "$.format.excludes[0]", "whitespace"),
     ("qwen_xml", {"type": "string"}, {}, "$.format.json_schema", "'type' at #"),
     ("qwen_xml", {"type": "object", "properties": {"a": {"type": "string"}},
@@ -405,6 +627,38 @@ REFUSED = [
     ("minimax_m3_xml", {"type": "object", "properties": {"a": {
         "type": "array", "minItems": 2}}}, {}, "$.format.json_schema", "'minItems' at #"),
     ("minimax_m3_xml", PERSON, {"excludes": ["x"]}, "$.format.json_schema", "excludes"),
+    # cohere_xml: what XGrammar 0.2.8 refuses, and what it ignores (gxg would honour it)
+    ("cohere_xml", PERSON, {"excludes": ["x"]}, "$.format.json_schema", "excludes"),
+    ("cohere_xml", {"type": "object", "properties": {"a": {"type": "string"}},
+                    "required": ["b"]}, {}, "$.format.json_schema", "'required' at #"),
+    ("cohere_xml", _cohere_property({"allOf": [{"type": "integer"}, {"minimum": 3}]}), {},
+     "$.format.json_schema", "'allOf' at #/properties/a"),
+    ("cohere_xml", _cohere_property({"type": "integer", "not": {"const": 3}}), {},
+     "$.format.json_schema", "'not' at #/properties/a"),
+    ("cohere_xml", _cohere_property({"anyOf": [{"type": "integer"}], "minimum": 3}), {},
+     "$.format.json_schema", "'anyOf' at #/properties/a"),
+    ("cohere_xml", _cohere_property({"type": "string", "enum": ["x", 1]}), {},
+     "$.format.json_schema", "'enum' at #/properties/a"),
+    ("cohere_xml", _cohere_property({"minimum": 1}), {}, "$.format.json_schema", "no 'type'"),
+    ("cohere_xml", _cohere_property({"type": "number", "multipleOf": 0.5}), {},
+     "$.format.json_schema", "'multipleOf' at #/properties/a"),
+    ("cohere_xml", _cohere_property({"type": "string", "format": "no-such"}), {},
+     "$.format.json_schema", "'format' at #/properties/a"),
+    ("cohere_xml", _cohere_property({"type": "string", "pattern": "a", "minLength": 2}), {},
+     "$.format.json_schema", "at #/properties/a"),
+    ("cohere_xml", _cohere_property({"type": "object", "patternProperties": {"x": {}}}), {},
+     "$.format.json_schema", "'patternProperties' at #/properties/a"),
+    ("cohere_xml", _cohere_property({"type": "array", "items": [{"type": "null"}]}), {},
+     "$.format.json_schema", "'items' at #/properties/a"),
+    ("cohere_xml", _cohere_property({"type": "array", "minItems": 1}), {},
+     "$.format.json_schema", "'minItems' at #/properties/a"),
+    ("cohere_xml", _cohere_property({"type": "array", "prefixItems": [{}, {}], "maxItems": 1}),
+     {}, "$.format.json_schema", "'maxItems' at #/properties/a"),
+    ("cohere_xml", {"type": "object", "properties": {"a\u0000": {"type": "null"}}}, {},
+     "$.format.json_schema", "NUL"),
+    ("cohere_xml", {"type": "object", "$defs": {"o": {"type": "object", "title": "t"}},
+                    "properties": {"a": {"$ref": "#/$defs/o"}}}, {}, "$.format.json_schema",
+     "'$ref' at #/properties/a"),
 ]
 
 

@@ -20,10 +20,11 @@ import torch
 
 from gxg.batch import GrammarBatch
 from gxg.grammar_compiler import GrammarCompiler
-from gxg.matcher import GrammarMatcher, allocate_token_bitmask
+from gxg.matcher import GrammarMatcher
 from gxg.runtime import RuntimeLimits
 from gxg.tokenizer import TokenizerInfo, VocabType
-from batch_states import compare_states
+from batch_states import (accept_against_matchers, capture_accept_then_fill,
+                          check_masks_against_matchers, compare_states, run_with_rollbacks)
 from grammar_zoo import synthetic_vocab
 from mask_oracles import mask_to_bool
 
@@ -91,27 +92,6 @@ def steered_tokens(rows: np.ndarray, info, vocab, done, rng) -> list:
     return tokens
 
 
-def run(batch, info, vocab, grammars, steps, seed, check):
-    """Bind the grammars round-robin, then fill -> steered tokens -> accept, with rollbacks;
-    ``check(what, bitmask)`` after each op. Returns the tokens taken per step."""
-    rng = random.Random(seed)
-    for slot in range(batch.max_batch):
-        batch.bind(slot, grammars[slot % len(grammars)])
-    bitmask = torch.zeros((batch.max_batch, (info.vocab_size + 31) // 32), dtype=torch.int32,
-                          device=batch.device)
-    done = [b""] * batch.max_batch
-    for _ in range(steps):
-        batch.fill_next_token_bitmask(bitmask)
-        check("fill", bitmask)
-        tokens = steered_tokens(bitmask.cpu().numpy(), info, vocab, done, rng)
-        batch.accept(torch.tensor(tokens, dtype=torch.int64, device=batch.device))
-        check("accept", bitmask)
-        if rng.random() < 0.2:
-            counts = [rng.randrange(3) for _ in range(batch.max_batch)]
-            batch.rollback(torch.tensor(counts, dtype=torch.int64, device=batch.device))
-            check("rollback", bitmask)
-
-
 def test_cpu_batch_equals_one_matcher_per_slot(world):
     info, vocab, grammars = world
     batch = GrammarBatch(info, device="cpu", max_batch=6)
@@ -124,22 +104,9 @@ def test_cpu_batch_equals_one_matcher_per_slot(world):
     calls = 0
     for step in range(60):
         batch.fill_next_token_bitmask(bitmask)
-        for slot, matcher in enumerate(matchers):
-            single = allocate_token_bitmask(1, info.vocab_size)
-            if matcher.is_terminated():
-                continue
-            matcher.fill_next_token_bitmask(single)
-            np.testing.assert_array_equal(mask_to_bool(bitmask[slot].numpy(), info.vocab_size),
-                                          mask_to_bool(single[0].numpy(), info.vocab_size),
-                                          err_msg=f"step {step} slot {slot}")
+        check_masks_against_matchers(bitmask, matchers, info.vocab_size, f"step {step}")
         tokens = steered_tokens(bitmask.numpy(), info, vocab, done, rng)
-        accepted = batch.accept(torch.tensor(tokens))
-        for slot, matcher in enumerate(matchers):
-            if not matcher.is_terminated():
-                assert bool(accepted[slot]) == matcher.accept_token(tokens[slot])
-        host = batch.host_state()
-        for slot, matcher in enumerate(matchers):
-            assert host.stacks(slot) == matcher.state.stacks(0)
+        accept_against_matchers(batch, matchers, tokens)
         calls += sum(b"</tool_call>" in d for d in done)
     assert calls > 0  # the runs did reach the end of a tool call
 
@@ -158,7 +125,10 @@ def test_cuda_ops_equal_the_cpu_ops(world, seed):
             logs[i].append((what, bitmask.cpu().numpy().copy()))
         return check
     for i, batch in enumerate(batches):
-        run(batch, info, vocab, grammars, steps=40, seed=seed, check=recorder(i))
+        done = [b""] * batch.max_batch
+        run_with_rollbacks(batch, grammars, 40, seed,
+                           lambda rows, rng, done=done: steered_tokens(rows, info, vocab, done, rng),
+                           recorder(i))
     for step, ((what, m0), (_, m1)) in enumerate(zip(*logs)):
         np.testing.assert_array_equal(m0, m1, err_msg=f"{what} {step}")
     compare_states(*batches, where="end")
@@ -181,17 +151,7 @@ def test_cuda_graph_replays_equal_the_cpu_ops(world):
     warm = GrammarBatch(info, device="cuda", max_batch=b, eager_graphs=False)
     for slot in range(b):
         warm.bind(slot, grammars[slot % 3])
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        warm.fill_next_token_bitmask(torch.zeros_like(bitmask))
-        warm.accept(torch.zeros_like(tokens))
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    gpu.fill_next_token_bitmask(bitmask)        # step 0's mask, outside the graph
-    with torch.cuda.graph(graph):
-        gpu.accept(tokens)
-        gpu.fill_next_token_bitmask(bitmask)
+    graph = capture_accept_then_fill(gpu, warm, tokens, bitmask)
     rng, done = random.Random(3), [b""] * b
     cpu_mask = torch.zeros((b, words), dtype=torch.int32)
     for step in range(50):

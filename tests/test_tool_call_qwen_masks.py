@@ -74,26 +74,63 @@ def test_masks_equal_xgrammar_along_tool_call_traces(qwen, model, reasoning, tra
     for walk, trace in enumerate(traces * 2):
         ids = tokenizer.encode(trace, add_special_tokens=False)
         leave_at = None if walk < len(traces) else rng.randrange(1, len(ids))
-        m, x = GrammarMatcher(ours), xgr.GrammarMatcher(theirs)
-        a = allocate_token_bitmask(1, vocab_size)
-        b = xgr.allocate_token_bitmask(1, vocab_size)
-        for step in range(len(ids) + 8):
-            m.fill_next_token_bitmask(a)
-            x.fill_next_token_bitmask(b)
-            got = mask_to_bool(a[0].numpy(), vocab_size)
-            want = mask_to_bool(b[0].numpy(), vocab_size)
+        def compare(got, want, step):
             for token in np.flatnonzero(got != want).tolist():
                 assert want[token] and not got[token] and not is_utf8(vocab[token]), \
                     f"{model} walk {walk} step {step}: token {token} {vocab[token]}"
-            if step < len(ids) and (leave_at is None or step < leave_at):
-                token = ids[step]
-                assert got[token], f"{model} walk {walk}: trace token {step} not allowed"
-            else:
-                allowed = [t for t in np.flatnonzero(got).tolist() if is_utf8(vocab[t])]
-                if not allowed:
-                    break
-                token = rng.choice(allowed)
-            assert m.accept_token(token) == x.accept_token(token) == True  # noqa: E712
-            if m.is_terminated():
-                assert x.is_terminated()
+        walk_both(GrammarMatcher(ours), xgr.GrammarMatcher(theirs), vocab_size, ids, leave_at,
+                  rng, compare, lambda got: [t for t in np.flatnonzero(got).tolist()
+                                             if is_utf8(vocab[t])])
+
+
+def walk_both(m, x, vocab_size, trace, leave_at, rng, compare, choose) -> None:
+    """Take ``trace`` token by token in gxg's matcher ``m`` and XGrammar's ``x`` (from step
+    ``leave_at`` on, a random token of ``choose(mask)`` instead), calling ``compare(gxg mask,
+    XGrammar mask, step)`` before each token; both must accept each token alike."""
+    a = allocate_token_bitmask(1, vocab_size)
+    b = xgr.allocate_token_bitmask(1, vocab_size)
+    for step in range(len(trace) + 8):
+        m.fill_next_token_bitmask(a)
+        x.fill_next_token_bitmask(b)
+        got = mask_to_bool(a[0].numpy(), vocab_size)
+        compare(got, mask_to_bool(b[0].numpy(), vocab_size), step)
+        if step < len(trace) and (leave_at is None or step < leave_at):
+            token = trace[step]
+            assert got[token], f"trace token {step} not allowed"
+        else:
+            allowed = choose(got)
+            if not allowed:
                 break
+            token = rng.choice(allowed)
+        assert m.accept_token(token) == x.accept_token(token) == True  # noqa: E712
+        if m.is_terminated():
+            assert x.is_terminated()
+            break
+
+
+# Token-level formats (tests/test_token_items.py): a tag whose begin and end are Qwen's chat
+# tokens, triggered by the begin token; free tokens around it. Token-level free parts take any
+# token whole, so here the masks must be equal with no exception.
+TOKEN_TAG = json.dumps({"type": "structural_tag", "format": {
+    "type": "token_triggered_tags", "trigger_tokens": ["<|im_start|>"],
+    "tags": [{"type": "tag", "begin": {"type": "token", "token": "<|im_start|>"},
+              "content": {"type": "json_schema",
+                          "json_schema": TOOLS[0]["function"]["parameters"]},
+              "end": {"type": "token", "token": "<|im_end|>"}}]}})
+
+
+def test_token_level_tags_equal_xgrammar(qwen):
+    info, tokenizer, compiler, xcompiler = qwen
+    vocab = info.decoded_vocab  # (a new list at each access)
+    start, end = vocab.index(b"<|im_start|>"), vocab.index(b"<|im_end|>")
+    ours, theirs = compiler.compile_structural_tag(TOKEN_TAG), \
+        xcompiler.compile_structural_tag(TOKEN_TAG)
+    text = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    trace = text("Checking the weather. ") + [start] + text(WEATHER) + [end] + text(" Sunny.")
+    rng = random.Random(7)
+    for walk in range(3):
+        leave_at = None if walk == 0 else rng.randrange(1, len(trace))
+        def compare(got, want, step):
+            np.testing.assert_array_equal(got, want, err_msg=f"walk {walk} step {step}")
+        walk_both(GrammarMatcher(ours), xgr.GrammarMatcher(theirs), info.vocab_size, trace,
+                  leave_at, rng, compare, lambda got: np.flatnonzero(got).tolist())

@@ -55,12 +55,6 @@ _CONVERTER = "test_structural_tag_converter.py::"
 
 # gxg's documented deliberate differences: (predicate on a group, reason).
 DOCUMENTED = [
-    (lambda g: g["kind"] == "ebnf" and ("[lazy]" in g["grammar"] or "[max_chars=" in g["grammar"]),
-     "documented (gxg/grammar/ebnf.py): rule attributes (name [lazy] ::=, name [max_chars=n] ::=) "
-     "are rejected as unsupported"),
-    (lambda g: g["kind"] == "structural_tag" and '"style": "cohere_xml"' in g["grammar"],
-     "documented (gxg/grammar/structural_tag_emission.py, json_schema_xml.py): json_schema style "
-     "cohere_xml (recursive XML bodies) is refused"),
     (lambda g: g["source"] == _CONVERTER
      + "test_json_schema_style_kimi_k3_xml_pattern_properties_pin_each_value_type",
      "documented (gxg/grammar/json_schema_xml.py): patternProperties at the root of an XML "

@@ -37,6 +37,11 @@ ref_return      int32  [E]      node to continue at in the caller once the rule 
 is_final        bool   [N]      the rule may complete at this node
 is_scannable    bool   [N]      the node has at least one byte edge
 is_pure_return  bool   [N]      final, no byte edge, no reference edge (tail-call target)
+token_set       int32  [N]      token nodes (below): index of the node's token set, -1 otherwise
+token_next      int32  [N]      token nodes: the node a token of the set moves to, -1 otherwise
+token_set_offsets int32 [K+1]   CSR over the K token sets of their ids (sorted)
+token_set_ids   int32  [..]
+token_set_negated bool [K]      the set is "every token but these" (``ExcludeToken``)
 node_rule       int32  [N]      rule of each node
 rule_start      int32  [R]      start node of each rule
 rule_nullable   bool   [R]      the rule derives the empty string
@@ -45,6 +50,17 @@ rule_lookahead  int32  [R]      rule id of the rule's lookahead assertion, -1 if
                                 lookahead expression is compiled as an unreferenced rule)
 rule_names      tuple[str]      for messages and debugging
 root_rule       int             the root wrapper (referenced by nothing)
+
+Token-level items
+-----------------
+A ``TokenSet`` leaf (``Token(...)`` / ``ExcludeToken(...)``) matches one whole token, never
+bytes. Each distinct set becomes a two-node rule of its own (after the grammar's rules and
+lookaheads), referenced where the leaf stood: its start node is a *token node* (no byte edge,
+not final, but scannable, so a closure keeps it as a top) whose ``token_next`` is the rule's
+final node. A token t moves a stack whose top is a token node to ``token_next`` when t is in the
+set (the runtimes read membership from the node's accept row: the mask cache gives a token node
+exactly its set's matchable tokens); the bytes of a token never move it, so a token whose bytes
+reach a token node part-way dies there, and one that reaches it exactly at its end survives.
 
 Construction (``build_automaton``)
 ----------------------------------
@@ -90,6 +106,8 @@ from gxg.grammar.ir import (
     Repeat,
     RuleRef,
     Sequence,
+    TokenSet,
+    iter_subexprs,
 )
 
 __all__ = ["Automaton", "build_automaton", "DEFAULT_MAX_NODES", "utf8_byte_sequences"]
@@ -115,9 +133,10 @@ class AutomatonLists:
     rule_lookahead: list
     refs: list           # [N] tuple of (rule, return node)
     callers: dict
-    # [N] a plain node scans, is not final and references no rule: a stack whose top it is
-    # closes to itself alone (the accept's fast path, ops/reference.py _plain_step)
+    # [N] a plain node scans a byte, is not final and references no rule: a stack whose top
+    # it is closes to itself alone (the accept's fast path, ops/reference.py _plain_step)
     is_plain: list
+    token_next: list     # [N] a token node's move target, -1 (module docstring)
 
     @staticmethod
     def of(a: "Automaton") -> "AutomatonLists":
@@ -128,6 +147,7 @@ class AutomatonLists:
         for rule, ret in pairs:
             callers.setdefault(rule, set()).add(ret)
         is_final, is_scannable = a.is_final.tolist(), a.is_scannable.tolist()
+        token_next = a.token_next.tolist()
         return AutomatonLists(
             next_node=a.next_node.tolist(), byte_class=a.byte_class.tolist(),
             is_final=is_final, is_scannable=is_scannable,
@@ -136,8 +156,10 @@ class AutomatonLists:
             rule_lookahead=(a.rule_lookahead.tolist() if hasattr(a, "rule_lookahead")
                             else [-1] * len(a.rule_start)),  # an arena's copy keeps none
             refs=refs, callers={rule: sorted(rets) for rule, rets in callers.items()},
-            is_plain=[scans and not final and not node_refs
-                      for scans, final, node_refs in zip(is_scannable, is_final, refs)])
+            is_plain=[scans and not final and not node_refs and token_next < 0
+                      for scans, final, node_refs, token_next
+                      in zip(is_scannable, is_final, refs, token_next)],
+            token_next=token_next)
 
 
 @dataclass(frozen=True, eq=False)
@@ -157,6 +179,36 @@ class Automaton:
     rule_lookahead: np.ndarray
     rule_names: Tuple[str, ...]
     root_rule: int
+    # token-level items (module docstring); None (an automaton serialized before they existed):
+    # no token node
+    token_set: Optional[np.ndarray] = None
+    token_next: Optional[np.ndarray] = None
+    token_set_offsets: Optional[np.ndarray] = None
+    token_set_ids: Optional[np.ndarray] = None
+    token_set_negated: Optional[np.ndarray] = None
+
+    def __post_init__(self) -> None:
+        if self.token_set is None:
+            none = np.full(self.next_node.shape[0], -1, dtype=np.int32)
+            object.__setattr__(self, "token_set", none)
+            object.__setattr__(self, "token_next", none.copy())
+            object.__setattr__(self, "token_set_offsets", np.zeros(1, dtype=np.int32))
+            object.__setattr__(self, "token_set_ids", np.zeros(0, dtype=np.int32))
+            object.__setattr__(self, "token_set_negated", np.zeros(0, dtype=bool))
+
+    @property
+    def token_nodes(self) -> np.ndarray:
+        """The token nodes, ascending."""
+        return np.flatnonzero(self.token_set >= 0).astype(np.int32)
+
+    def token_set_of(self, node: int) -> TokenSet:
+        """The token set a token node matches."""
+        k = int(self.token_set[node])
+        if k < 0:
+            raise KeyError(f"node {node} is not a token node")
+        lo, hi = int(self.token_set_offsets[k]), int(self.token_set_offsets[k + 1])
+        return TokenSet(tuple(self.token_set_ids[lo:hi].tolist()),
+                        bool(self.token_set_negated[k]))
 
     @property
     def num_nodes(self) -> int:
@@ -226,6 +278,8 @@ class Automaton:
                 parts += [f"{_byte_range_text(lo, hi)}->{target}"
                           for lo, hi, target in self.byte_edges(node)]
                 parts += [f"<{self.rule_names[callee]}>->{ret}" for callee, ret in self.refs(node)]
+                if self.token_next[node] >= 0:
+                    parts.append(f"{self.token_set_of(node)}->{self.token_next[node]}")
                 lines.append(" ".join(parts))
         return "\n".join(lines)
 
@@ -392,9 +446,11 @@ class _NfaBuilder:
     safe for choice alternatives to share ``s`` and ``t`` (loops get fresh states of their own)."""
 
     def __init__(self, rule_name: str, rule_ids: Dict[str, int], max_nodes: int,
-                 fragments: Dict[CharClass, _ClassFragment]):
+                 fragments: Dict[CharClass, _ClassFragment],
+                 token_rule_ids: Optional[Dict[TokenSet, int]] = None):
         self.rule_name = rule_name
         self.rule_ids = rule_ids
+        self.token_rule_ids = token_rule_ids or {}  # a token set is a reference to its rule
         self.max_nodes = max_nodes
         self.fragments = fragments  # shared across rules: classes recur (e.g. [0-9])
         self.sizes: Dict[int, int] = {}  # id(expr) -> fresh states its placement creates
@@ -447,7 +503,7 @@ class _NfaBuilder:
             return max(len(expr.data) - 1, 0)
         if isinstance(expr, CharClass):
             return self.fragment(expr).num_inner
-        if isinstance(expr, RuleRef):
+        if isinstance(expr, (RuleRef, TokenSet)):
             return 0
         if isinstance(expr, Sequence):
             return len(expr.items) - 1 + sum(sizes[id(item)] for item in expr.items)
@@ -486,6 +542,8 @@ class _NfaBuilder:
                 nfa.byte_edges[states[origin]].append((lo, hi, states[destination]))
         elif isinstance(expr, RuleRef):
             nfa.ref_edges[source].append((self.rule_ids[expr.name], target))
+        elif isinstance(expr, TokenSet):
+            nfa.ref_edges[source].append((self.token_rule_ids[expr], target))
         elif isinstance(expr, Sequence):
             state = source
             for index, item in enumerate(expr.items):
@@ -578,6 +636,16 @@ def _grouped(expr: Expr, kinds, depth: int) -> str:
 
 def _ref_letter(rule: int) -> int:
     return -rule - 1  # and back: rule = -letter - 1
+
+
+# The letter of a token node's move (past every byte interval, which number at most 256): the
+# dead-part pruning and the minimisation treat it as any letter, the tables keep it apart.
+TOKEN_LETTER = 1 << 20
+
+
+def _token_rule_dfa() -> "_RuleDfa":
+    """The rule of one token set: start --token--> final (module docstring)."""
+    return _RuleDfa(cuts=[0], moves=[{TOKEN_LETTER: 1}, {}], final=[False, True])
 
 
 @dataclass
@@ -791,7 +859,7 @@ def _evaluate(root: Expr, leaf) -> bool:
     stack: List[Tuple[Expr, bool]] = [(root, False)]
     while stack:
         expr, children_done = stack.pop()
-        if isinstance(expr, (Literal, CharClass, RuleRef)):
+        if isinstance(expr, (Literal, CharClass, RuleRef, TokenSet)):
             results[id(expr)] = leaf(expr)
         elif not children_done:
             stack.append((expr, True))
@@ -957,19 +1025,21 @@ def _coarsest_partition(moves: List[Dict[int, int]], final: List[bool],
 # ----------------------------------------------------------------------------- tables
 
 
-def _flatten(dfas: List[_RuleDfa]
-             ) -> Tuple[List[int], List[bool], List[List[Tuple[int, int]]], List[int]]:
+def _flatten(dfas: List[_RuleDfa]) -> Tuple[List[int], List[bool], List[List[Tuple[int, int]]],
+                                            List[int], Dict[int, int]]:
     """One pass over every rule's moves, in the final node numbering.
 
     Returns the rules' start nodes, finality per node, the reference edges per node as sorted
-    (rule, return node) pairs, and the byte edges as one flat list of (source, interval,
+    (rule, return node) pairs, the byte edges as one flat list of (source, interval,
     target) triples, where interval numbers run over all rules' intervals in rule order (the
-    intervals of rule r are numbered from the total count of the rules before it).
+    intervals of rule r are numbered from the total count of the rules before it), and the
+    token moves (token node -> target).
     """
     rule_start: List[int] = []
     final: List[bool] = []
     node_refs: List[List[Tuple[int, int]]] = []
     byte_edges: List[int] = []
+    token_moves: Dict[int, int] = {}
     base = interval_base = 0
     for dfa in dfas:
         rule_start.append(base)
@@ -977,7 +1047,9 @@ def _flatten(dfas: List[_RuleDfa]
         for state, move in enumerate(dfa.moves, start=base):
             refs = []
             for letter, target in move.items():
-                if letter >= 0:
+                if letter == TOKEN_LETTER:
+                    token_moves[state] = base + target
+                elif letter >= 0:
                     byte_edges.extend((state, interval_base + letter, base + target))
                 else:
                     refs.append((-letter - 1, base + target))
@@ -986,7 +1058,7 @@ def _flatten(dfas: List[_RuleDfa]
             node_refs.append(refs)
         base += dfa.num_states
         interval_base += len(dfa.cuts)
-    return rule_start, final, node_refs, byte_edges
+    return rule_start, final, node_refs, byte_edges, token_moves
 
 
 def _byte_tables(byte_edges: List[int], rule_cuts: List[List[int]], num_nodes: int
@@ -1182,6 +1254,16 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
             names.append(name)
             bodies.append(rule.lookahead)
             lookahead.append(-1)
+    # token sets: one rule each, after the rules and lookaheads (module docstring)
+    token_sets: List[TokenSet] = list(dict.fromkeys(
+        expr for body in bodies for expr in iter_subexprs(body) if isinstance(expr, TokenSet)))
+    token_rule_ids = {}
+    for token_set in token_sets:
+        token_rule_ids[token_set] = len(names)
+        name = _token_rule_name(token_set, taken)
+        taken.add(name)
+        names.append(name)
+        lookahead.append(-1)
 
     # 1-2: NFA and subset construction, rule by rule
     fragments: Dict[CharClass, _ClassFragment] = {}
@@ -1189,10 +1271,11 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     budget = max_nodes
     for name, body in zip(names, bodies):
         compile_budget.check("the automaton", name)
-        nfa = _NfaBuilder(name, rule_ids, max_nodes, fragments).build(body)
+        nfa = _NfaBuilder(name, rule_ids, max_nodes, fragments, token_rule_ids).build(body)
         dfa = _determinise(nfa, name, budget, max_nodes)
         budget -= dfa.num_states
         dfas.append(dfa)
+    dfas.extend(_token_rule_dfa() for _ in token_sets)
 
     # 3-4: dead parts, then minimisation
     if not _nothing_can_be_dead(bodies, rule_ids, fragments):
@@ -1204,7 +1287,7 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     dfas = minimal
 
     # 5: tables
-    starts, final_list, node_refs, byte_edges = _flatten(dfas)
+    starts, final_list, node_refs, byte_edges, token_moves = _flatten(dfas)
     num_nodes = len(final_list)
     byte_class, next_node = _byte_tables(byte_edges, [dfa.cuts for dfa in dfas], num_nodes)
     rule_start = np.array(starts, dtype=np.int32)
@@ -1215,7 +1298,14 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     ref_rule = np.ascontiguousarray(flat_refs[:, 0])
     ref_return = np.ascontiguousarray(flat_refs[:, 1])
     is_final = np.array(final_list, dtype=bool)
-    is_scannable = (next_node >= 0).any(axis=1)
+    token_set = np.full(num_nodes, -1, dtype=np.int32)
+    token_next = np.full(num_nodes, -1, dtype=np.int32)
+    for k, token_set_rule in enumerate(range(len(dfas) - len(token_sets), len(dfas))):
+        start = starts[token_set_rule]
+        token_set[start] = k
+        token_next[start] = token_moves[start]
+    # a token node scans no byte but is a top: the next token may move it
+    is_scannable = (next_node >= 0).any(axis=1) | (token_set >= 0)
     is_pure_return = is_final & ~is_scannable & (ref_counts == 0)
     sizes = [dfa.num_states for dfa in dfas]
     node_rule = np.repeat(np.arange(len(dfas), dtype=np.int32), sizes)
@@ -1242,4 +1332,20 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
         rule_lookahead=np.array(lookahead, dtype=np.int32),
         rule_names=tuple(names),
         root_rule=rule_ids[grammar.root_rule_name],
+        token_set=token_set,
+        token_next=token_next,
+        token_set_offsets=np.cumsum([0] + [len(ts.ids) for ts in token_sets]).astype(np.int32),
+        token_set_ids=np.array([i for ts in token_sets for i in ts.ids], dtype=np.int32),
+        token_set_negated=np.array([ts.negated for ts in token_sets], dtype=bool),
     )
+
+
+def _token_rule_name(token_set: TokenSet, taken: set) -> str:
+    """``Token(1, 2)`` / ``ExcludeToken(3)`` (cut short when long), made unique."""
+    ids = ", ".join(map(str, token_set.ids[:8])) + (", ..." if len(token_set.ids) > 8 else "")
+    base = f"{'ExcludeToken' if token_set.negated else 'Token'}({ids})"
+    candidate, counter = base, 1
+    while candidate in taken:
+        counter += 1
+        candidate = f"{base}#{counter}"
+    return candidate

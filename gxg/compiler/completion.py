@@ -27,8 +27,9 @@ stack that was at distance ``D`` is at most at ``D + L * max_rise`` after a toke
 and a token with ``D_max + L * max_rise <= tokens left after it`` fits without being walked.
 
 Computation: ``node_distance`` is a shortest-derivation problem (Knuth's generalisation of
-Dijkstra to superior functions: ``d(x) = min(1 + d(target) over byte edges, len(R) + d(ret) over
-reference edges)``, every term at least each of its arguments), one heap pass over the nodes.
+Dijkstra to superior functions: ``d(x) = min(1 + d(target) over byte edges and token moves,
+len(R) + d(ret) over reference edges)``, every term at least each of its arguments), one heap
+pass over the nodes.
 ``max_rise`` is the largest rise of a byte edge plus the largest rise of a closure path after
 it, a longest-path fixpoint; a pop is taken to land on any return node (a bound, not exact), and
 a fixpoint that does not settle within ``MAX_RISE_ROUNDS`` rounds gives ``NO_RISE_BOUND`` (the
@@ -68,10 +69,19 @@ def completion_distances(automaton: Automaton) -> CompletionDistances:
     return CompletionDistances(distance, rule_length, _max_rise(automaton, distance))
 
 
-def _byte_predecessors(automaton: Automaton):
-    """For each node, the nodes with a byte edge into it (CSR: offsets, sources)."""
+def _one_step_edges(automaton: Automaton):
+    """(sources, targets) of the moves one token's byte makes: byte edges, and the token
+    nodes' moves (a token has at least one byte, so a token move counts as one)."""
     sources, classes = np.nonzero(automaton.next_node >= 0)
     targets = automaton.next_node[sources, classes]
+    token_nodes = np.flatnonzero(automaton.token_next >= 0)
+    return (np.concatenate([sources, token_nodes]),
+            np.concatenate([targets, automaton.token_next[token_nodes]]))
+
+
+def _byte_predecessors(automaton: Automaton):
+    """For each node, the nodes with a one-step edge into it (CSR: offsets, sources)."""
+    sources, targets = _one_step_edges(automaton)
     pairs = np.unique(np.stack([targets, sources], axis=1), axis=0)
     offsets = np.searchsorted(pairs[:, 0], np.arange(automaton.num_nodes + 1))
     return offsets, pairs[:, 1]
@@ -136,9 +146,8 @@ def _max_rise(automaton: Automaton, distance: np.ndarray) -> int:
         closure = updated
     else:
         return NO_RISE_BOUND
-    sources, classes = np.nonzero(a.next_node >= 0)
+    sources, targets = _one_step_edges(a)
     if not len(sources):
         return 0
-    targets = a.next_node[sources, classes]
     rise = d[targets] - d[sources] + closure[targets]
     return int(max(0, rise.max()))

@@ -284,18 +284,39 @@ def adaptive_entry(accepted: np.ndarray, uncertain: np.ndarray, num_sorted: int
 class NodeClassifier:
     """Classifies the sorted vocabulary (as a trie) from given scannable nodes: one walk state
     (a ``VocabularyWalk`` whose interned configurations and transitions only grow) for all
-    the calls, so later nodes reuse what earlier walks learnt."""
+    the calls, so later nodes reuse what earlier walks learnt. A token node (a ``Token(...)``
+    item: ``gxg.compiler.automaton``) is not walked: its entry accepts exactly the sorted tokens
+    of its set (``sorted_token_ids``: the id of each sorted index, needed when the automaton
+    has token nodes). Special and stop tokens are not in the sorted vocabulary, so a token set
+    never matches them (as in XGrammar)."""
 
-    def __init__(self, automaton: Automaton, trie: TokenTrie, context_expansion: bool = True):
+    def __init__(self, automaton: Automaton, trie: TokenTrie, context_expansion: bool = True,
+                 sorted_token_ids: Optional[np.ndarray] = None):
         walker = StackWalker(automaton, escape_bottom=True, context_expansion=context_expansion)
         self.trie = trie
         self.walk = VocabularyWalk(walker)
         self.classes_of = _StateClasses(self.walk)
+        self.automaton = automaton
+        self.sorted_token_ids = sorted_token_ids
+        if len(automaton.token_nodes) and sorted_token_ids is None:
+            raise ValueError("the automaton has token nodes: the classifier needs the "
+                             "vocabulary's sorted_token_ids")
 
     def __call__(self, nodes: np.ndarray) -> List[NodeTokenMask]:
-        return [adaptive_entry(accepted, uncertain, self.trie.num_tokens)
-                for accepted, uncertain in classify_nodes(self.walk, self.classes_of,
-                                                          self.trie, nodes)]
+        is_token = self.automaton.token_set[nodes] >= 0
+        walked = iter(classify_nodes(self.walk, self.classes_of, self.trie, nodes[~is_token])
+                      if not is_token.all() else ())
+        return [self._token_entry(int(node)) if token else
+                adaptive_entry(*next(walked), self.trie.num_tokens)
+                for node, token in zip(nodes.tolist(), is_token.tolist())]
+
+    def _token_entry(self, node: int) -> NodeTokenMask:
+        token_set = self.automaton.token_set_of(node)
+        member = np.isin(self.sorted_token_ids, np.array(token_set.ids, dtype=np.int64))
+        if token_set.negated:
+            member = ~member
+        return adaptive_entry(np.flatnonzero(member).astype(np.int32), np.zeros(0, np.int32),
+                              self.trie.num_tokens)
 
     def conservative(self, node: int) -> NodeTokenMask:
         """An entry for a node whose walk was refused (too many parse stacks): every non-empty
@@ -308,7 +329,8 @@ class NodeClassifier:
 
 def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,
                      context_expansion: bool = True,
-                     max_bytes: Optional[int] = None, lazy: bool = False) -> MaskCache:
+                     max_bytes: Optional[int] = None, lazy: bool = False,
+                     sorted_token_ids: Optional[np.ndarray] = None) -> MaskCache:
     """The mask cache of every scannable node: classified now (``lazy=False``; past
     ``max_bytes`` of entries that is a GrammarError naming the budget, raised as soon as it is
     exceeded, never a truncated cache) or on first use (``lazy=True``: no vocabulary is walked
@@ -316,7 +338,7 @@ def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,
     baseline (for measurements only): a token that completes the node's rule with bytes left
     is uncertain whatever those bytes are."""
     nodes = np.nonzero(automaton.is_scannable)[0].astype(np.int32)
-    classify = NodeClassifier(automaton, trie, context_expansion)
+    classify = NodeClassifier(automaton, trie, context_expansion, sorted_token_ids)
     if lazy:
         return MaskCache(trie.num_tokens, nodes, classify, max_bytes=max_bytes)
     cache = MaskCache(trie.num_tokens, nodes, classify)

@@ -16,6 +16,8 @@ compiler calls:
 Vocabulary used below
 ---------------------
 * *nullable*: derives the empty string. *productive*: derives at least one finite string.
+  A ``TokenSet`` leaf (one whole token) is neither nullable nor empty: it is a terminal like a
+  literal, so a rule made of token sets is productive and no left corner passes through it.
 * *left corners* of an expression: the rules it references at a position that only nullable
   things precede (``b a "x"`` with nullable ``b`` has left corners ``b`` and ``a``). The PDA
   pushes a rule's left corners without reading a byte, so a cycle of left corners
@@ -30,7 +32,7 @@ are walked recursively, as ``normalize`` does.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterable, List, Optional, Sequence as Seq, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence as Seq, Set, Tuple
 
 from gxg import compile_budget
 from gxg.graphs import strongly_connected_components
@@ -45,6 +47,7 @@ from gxg.grammar.ir import (
     Rule,
     RuleRef,
     Sequence,
+    TokenSet,
     iter_rule_refs,
     iter_subexprs,
     normalize,
@@ -104,7 +107,7 @@ def grammar_size(grammar: Grammar) -> Tuple[int, int]:
 
 def left_corners(expr: Expr, nullable: Set[str]) -> Set[str]:
     """Rules referenced in ``expr`` at a position that only nullable things precede."""
-    if isinstance(expr, (Literal, CharClass)):
+    if isinstance(expr, (Literal, CharClass, TokenSet)):
         return set()
     if isinstance(expr, RuleRef):
         return {expr.name}
@@ -587,7 +590,7 @@ def _prune(expr: Expr, productive: Set[str]) -> Optional[Expr]:
     ``expr`` itself when nothing was pruned (so callers can tell by identity). A pruned
     expression is not normalised here — ``Rule`` normalises its body once — because
     normalising at every level made the pass quadratic in the nesting depth."""
-    if isinstance(expr, Literal):
+    if isinstance(expr, (Literal, TokenSet)):
         return expr
     if isinstance(expr, CharClass):
         return None if _matches_no_code_point(expr) else expr

@@ -10,6 +10,7 @@ from gxg.grammar.ir import (
     Rule,
     RuleRef,
     Sequence,
+    TokenSet,
     normalize,
 )
 
@@ -27,12 +28,10 @@ def _from_structural_tag(*args, **kwargs) -> Grammar:
 def _from_lark(lark_string: str, *, tokenizer_info=None, named_grammars=None) -> Grammar:
     """The grammar of Lark text in XGrammar 0.2.8's dialect (``start`` is the root; see
     ``gxg.grammar.lark``). ``named_grammars`` maps the names used as ``@name`` to gxg Grammars
-    or Lark texts. ``tokenizer_info`` is accepted for XGrammar's signature: it only resolves
-    special tokens, which gxg's Lark front end refuses. Errors are GrammarErrors with line and
-    column."""
+    or Lark texts; ``tokenizer_info`` resolves named special tokens (``<|im_end|>``). Errors are
+    GrammarErrors with line and column."""
     from gxg.grammar.lark import parse_lark
-    del tokenizer_info
-    return parse_lark(lark_string, named_grammars)
+    return parse_lark(lark_string, named_grammars, tokenizer_info)
 
 
 # The front ends live in their own modules; Grammar (gxg.grammar.ir) gets them as static methods.
@@ -41,5 +40,5 @@ Grammar.from_lark = staticmethod(_from_lark)
 
 __all__ = [
     "CharClass", "Choice", "Expr", "Grammar", "GrammarError", "Literal", "Repeat", "Rule",
-    "RuleRef", "Sequence", "normalize",
+    "RuleRef", "Sequence", "TokenSet", "normalize",
 ]

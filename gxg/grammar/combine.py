@@ -13,6 +13,7 @@ from typing import Dict, List
 
 from gxg.grammar.ir import (
     CharClass, Choice, Expr, Grammar, GrammarError, Literal, Repeat, Rule, RuleRef, Sequence,
+    TokenSet,
 )
 
 ROOT = "root"
@@ -60,7 +61,7 @@ def _unique_names(grammar: Grammar, used: set, position: int) -> Dict[str, str]:
 
 def rename_refs(expr, mapping: Dict[str, str]):
     """``expr`` with every RuleRef's name passed through ``mapping`` (None stays None)."""
-    if expr is None or isinstance(expr, (Literal, CharClass)):
+    if expr is None or isinstance(expr, (Literal, CharClass, TokenSet)):
         return expr
     if isinstance(expr, RuleRef):
         return RuleRef(mapping[expr.name])

@@ -20,14 +20,18 @@ The dialect (see reference/xgrammar_semantics.md §2):
   ``\\^ \\$ \\. \\* \\+ \\? \\( \\) \\[ \\] \\{ \\} \\| \\/ \\-``.
 * ``*  +  ?  {m}  {m,}  {m,n}  {m,-1}`` (one quantifier per element), ``( ... )``, ``()``, ``|``,
   and one lookahead assertion ``(= expr)`` at the end of a rule.
-* The macros ``Regex("pattern", json_string=..., flags="...")``, ``Substring("chunk", ...)`` and
-  ``TagDispatch(("tag", rule), ..., loop_after_dispatch=..., excludes=(...))`` (XGrammar's
-  syntax: ``Name(value, ..., key=value, ...)``, values being strings, integers, ``true`` /
-  ``false``, rule names and tuples ``(v, ...)``). This module only reads the call; what the
-  arguments mean, and the IR a call becomes (inline, plus helper rules named after the
-  calling rule, e.g. ``root_tag_dispatch_1``, placed after the user's rules and never taking a
-  name the text uses), is ``gxg.grammar.macros``'s business. Macros
-  are not allowed inside a lookahead (as in XGrammar).
+* The macros ``Regex("pattern", json_string=..., flags="...")``, ``Substring("chunk", ...)``,
+  ``TagDispatch(("tag", rule), ..., loop_after_dispatch=..., excludes=(...))`` and the token-id
+  macros ``Token(id, ...)``, ``ExcludeToken(id, ...)`` (one whole token: an IR ``TokenSet``)
+  and ``TokenTagDispatch((id, rule), ..., loop_after_dispatch=..., excludes=(id, ...))``
+  (XGrammar's syntax: ``Name(value, ..., key=value, ...)``, values being strings, integers,
+  ``true`` / ``false``, rule names and tuples ``(v, ...)``). This module only reads the call;
+  what the arguments mean, and the IR a call becomes (inline, plus helper rules named after
+  the calling rule, e.g. ``root_tag_dispatch_1``, placed after the user's rules and never
+  taking a name the text uses), is ``gxg.grammar.macros``'s business. Macros are not allowed
+  inside a lookahead (as in XGrammar for Regex and TagDispatch), except ``Token`` and
+  ``ExcludeToken`` (XGrammar allows them there too; it also allows ``TokenTagDispatch``,
+  which gxg refuses there like the other macros).
 
 Deliberate differences from XGrammar 0.2.8:
 
@@ -37,18 +41,24 @@ Deliberate differences from XGrammar 0.2.8:
   range ends (a class is a set of code points; surrogates simply never match), so that every
   IR class can be printed and parsed back.
 * Choices are allowed inside a lookahead (XGrammar: "not supported yet").
-* Rule attributes (``name [max_tokens=5] ::=``) and the token-id macros ``Token(...)``,
-  ``ExcludeToken(...)`` and ``TokenTagDispatch(...)`` are rejected as unsupported ("the macro
-  Token(...) is not supported by gxg"). A macro is only recognised when its name is
-  immediately followed by ``(``; otherwise the name is an ordinary rule name (XGrammar reserves
-  the six macro names, so ``Token ::= "t"`` is an error there and ``Regex ("a")`` is a macro
-  call).
+* Rule attributes ``name[lazy] ::=`` and ``name[max_chars=N] ::=`` (``RuleAttributes``) are
+  compiled into the rule's language, so the rule's body must be regular (recursion only
+  through tail calls, no token items); XGrammar enforces them while decoding, and takes
+  ``lazy`` only on terminal-like bodies. ``max_chars`` is XGrammar's best effort: once the
+  rule has N code points it ends as soon as it can (tests/test_rule_attributes.py lists the
+  few verdicts where XGrammar's runtime answers otherwise). ``max_tokens=N`` (a budget of
+  tokens, kept while decoding) is refused. A macro is only
+  recognised when its name is immediately followed by ``(``; otherwise the name is an ordinary
+  rule name (XGrammar reserves the six macro names, so ``Token ::= "t"`` is an error there and
+  ``Regex ("a")`` is a macro call).
 * Macros (details in ``gxg.grammar.macros``): a keyword argument given twice is an error
   (XGrammar keeps the last); ``Regex(..., flags="i")`` is unsupported; an invalid regex is an
   error when the grammar is parsed (XGrammar: when it is compiled), and so is a ``Regex`` that
   ``json_string=true`` leaves with no string; ``TagDispatch``'s free text is any string of code
   points (XGrammar's: any bytes, UTF-8 or not); ``Regex`` patterns are read by
-  ``gxg.grammar.regex``, with that module's documented differences.
+  ``gxg.grammar.regex``, with that module's documented differences; ``ExcludeToken()`` (any
+  token) is accepted and token ids above 2**31-1 are errors (XGrammar refuses the first and
+  wraps the second to 32 bits).
 * Repetition bounds above ``MAX_REPEAT_BOUND`` are errors (XGrammar wraps them silently), and
   so are expressions nested deeper than ``MAX_EXPRESSION_DEPTH``.
 * Errors point at the offending token: an unterminated string or class at its opening
@@ -58,6 +68,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from gxg.grammar.ir import (
@@ -75,6 +86,7 @@ from gxg.grammar.ir import (
     Sequence,
 )
 from gxg.grammar.macros import (
+    LOOKAHEAD_MACROS,
     SUPPORTED_MACROS,
     MacroCall,
     MacroError,
@@ -618,6 +630,7 @@ class _Parser:
         self.index = 0
         self.references: Dict[str, int] = {}     # rule name -> offset of its first reference
         self.helper_rules: List[Rule] = []       # what macros expand to, in order
+        self.attributes: Dict[str, "RuleAttributes"] = {}  # name[...] ::= of each rule
         self.rule_name = ""                      # the rule being parsed (names helper rules)
         # Helper rules must not take a name the text uses anywhere.
         self.taken_names = {token.value for token in self.tokens if token.kind == "name"}
@@ -652,8 +665,8 @@ class _Parser:
             raise source.error(head.offset, "expected a rule definition 'name ::= ...'")
         after = self.take()
         if after.kind == "class" and self.tokens[self.index].kind == "assign":
-            raise source.error(after.offset, f"rule attributes ('{head.value} [...] ::=') are "
-                                             "not supported by gxg")
+            self.attributes[head.value] = _rule_attributes(source, head, after.offset)
+            after = self.take()
         if after.kind != "assign":
             raise source.error(after.offset, f"expected '::=' after the rule name "
                                              f"{head.value!r}")
@@ -677,7 +690,8 @@ class _Parser:
     def expand(self, token: _Token, stack: List[_Group]) -> Tuple[Expr, int]:
         """The expression (and its depth) that the macro call ``token`` stands for."""
         call: MacroCall = token.value
-        if any(group.kind == "lookahead" for group in stack):
+        if call.name not in LOOKAHEAD_MACROS and any(group.kind == "lookahead"
+                                                     for group in stack):
             raise self.source.error(token.offset, f"the macro {call.name}(...) cannot be used "
                                                   "in a lookahead assertion")
         try:
@@ -801,6 +815,130 @@ def _check_lookahead_position(stack: List[_Group], token: _Token, source: _Sourc
 # ----------------------------------------------------------------------------- entry point
 
 
+# ----------------------------------------------------------------------------- rule attributes
+
+
+@dataclass(frozen=True)
+class RuleAttributes:
+    """``name[lazy, max_chars=N] ::=``: ``lazy`` — the rule ends as soon as it can (its strings
+    are those of its language none of whose proper prefixes is in it); ``max_chars`` — a
+    budget of code points, XGrammar's best effort: within N code points the rule is as it is,
+    and once it has N it ends as soon as it can (a string of the rule whose proper prefixes of
+    N or more code points are not in the rule; ``max_chars=0`` is ``lazy``)."""
+    lazy: bool = False
+    max_chars: Optional[int] = None
+
+
+_ATTRIBUTE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:=\s*(-?[0-9]+)\s*)?$")
+
+
+def _rule_attributes(source: _Source, head: "_Token", offset: int) -> RuleAttributes:
+    """The attributes in ``[...]`` at ``offset``, right after the rule name (XGrammar's
+    spelling: no space before ``[``, comma-separated)."""
+    if offset != head.offset + len(head.value):
+        raise source.error(offset, f"rule attributes follow the rule name with no space: "
+                                   f"'{head.value}[...] ::='")
+    end = source.text.index("]", offset)
+    lazy, max_chars, position = False, None, offset + 1
+    for part in source.text[offset + 1:end].split(","):
+        match = _ATTRIBUTE.match(part)
+        name, value = (match.group(1), match.group(2)) if match else (part.strip(), None)
+        if name == "lazy" and match and value is None:
+            lazy = True
+        elif name == "max_chars" and value is not None and int(value) >= 0:
+            max_chars = int(value)
+        elif name == "max_tokens":
+            raise source.error(position, "the rule attribute max_tokens (a token budget kept "
+                                         "while decoding) is not supported by gxg")
+        elif name in ("lazy", "max_chars"):
+            raise source.error(position, f"invalid rule attribute {part.strip()!r}: write "
+                                         "'lazy' or 'max_chars=N' (N >= 0)")
+        else:
+            raise source.error(position, f"unknown rule attribute {part.strip()!r} (gxg knows "
+                                         "'lazy' and 'max_chars=N')")
+        position += len(part) + 1
+    return RuleAttributes(lazy, max_chars)
+
+
+def _apply_attributes(definitions, parser: "_Parser", source: _Source,
+                      defined_at: Dict[str, int]):
+    """The definitions with each attributed rule's body replaced by its language under the
+    attributes, written as plain IR (its automaton over code points, cut or intersected, then
+    right-linear helper rules). Needs a regular body (recursion only through tail calls, no
+    token items); an attributed rule referenced by another is rewritten first."""
+    from gxg.grammar.code_point_dfa import dfa_from_expr, dfa_to_expr
+    bodies = {name: body for name, body, _ in definitions}
+    bodies.update((rule.name, rule.body) for rule in parser.helper_rules)
+    for name in _callees_first(parser.attributes, bodies):
+        attributes = parser.attributes[name]
+        parser.rule_name = name  # the helper rules' names start with it
+        try:
+            dfa = dfa_from_expr(RuleRef(name), bodies)
+        except (GrammarError, TypeError) as error:
+            raise source.error(defined_at[name], f"the attributes of rule {name!r} need a "
+                                                 f"regular body (no recursion but tail calls, no "
+                                                 f"token items): {error}") from None
+        if attributes.max_chars is not None:
+            dfa = _lazy_after(dfa, attributes.max_chars, source, defined_at[name])
+        if attributes.lazy:  # end at the first point the rule can end
+            dfa = _lazy_after(dfa, 0, source, defined_at[name])
+
+        def define_rule(ref: RuleRef, body: Expr) -> None:
+            parser.helper_rules.append(Rule(ref.name, body))
+        body = dfa_to_expr(dfa, lambda ranges: CharClass(tuple(ranges)),
+                           lambda hint: RuleRef(parser.new_rule_name(hint)), "attr",
+                           define_rule=define_rule)
+        bodies[name] = CharClass(((0, MAX_CODE_POINT),), negated=True) if body is None else body
+    return [(name, bodies[name], lookahead) for name, _, lookahead in definitions]
+
+
+def _lazy_after(dfa, budget: int, source: _Source, offset: int):
+    """``dfa``'s strings none of whose proper prefixes of ``budget`` or more code points is
+    accepted: the product with a counter saturating at ``budget``, whose accepting states at
+    the budget have no moves (``budget`` 0: plain laziness)."""
+    from gxg.grammar.code_point_dfa import DEFAULT_MAX_STATES, Dfa, minimize
+    width = budget + 1
+    if dfa.num_states * width > DEFAULT_MAX_STATES:
+        raise source.error(offset, f"max_chars={budget} on this rule needs "
+                                   f"{dfa.num_states * width} automaton states, more than "
+                                   f"{DEFAULT_MAX_STATES}")
+    rows = []
+    for q, row in enumerate(dfa.transitions):
+        for k in range(width):
+            if k == budget and q in dfa.accepting:
+                rows.append(())  # at the budget the rule ends where it can
+            else:
+                step = min(k + 1, budget)
+                rows.append(tuple((lo, hi, target * width + step) for lo, hi, target in row))
+    accepting = {q * width + k for q in dfa.accepting for k in range(width)}
+    return minimize(Dfa(tuple(rows), accepting))
+
+
+def _callees_first(attributed, bodies: Dict[str, Expr]) -> List[str]:
+    """The attributed rules, each after the attributed rules it reaches through references."""
+    from gxg.grammar.ir import iter_rule_refs
+    order: List[str] = []
+    seen = set()
+
+    def visit(root: str) -> None:
+        stack = [(root, iter(iter_rule_refs(bodies[root])))]
+        seen.add(root)
+        while stack:
+            name, refs = stack[-1]
+            callee = next(refs, None)
+            if callee is None:
+                stack.pop()
+                if name in attributed:
+                    order.append(name)
+            elif callee not in seen and callee in bodies:
+                seen.add(callee)
+                stack.append((callee, iter(iter_rule_refs(bodies[callee]))))
+    for name in attributed:
+        if name not in seen:
+            visit(name)
+    return order
+
+
 def parse_ebnf(text: str, *, root_rule_name: str = "root") -> Grammar:
     """Parse EBNF ``text`` into a Grammar whose root rule is ``root_rule_name``."""
     if not isinstance(text, str):
@@ -824,6 +962,8 @@ def parse_ebnf(text: str, *, root_rule_name: str = "root") -> Grammar:
             raise source.error(offset, f"the rule {name!r} is referenced but never defined")
     if root_rule_name not in defined_at:
         raise GrammarError(f"the root rule {root_rule_name!r} is not defined", 1, 1)
+    if parser.attributes:
+        definitions = _apply_attributes(definitions, parser, source, defined_at)
     try:
         rules = tuple(Rule(name, body, lookahead) for name, body, lookahead in definitions)
         return Grammar(rules + tuple(parser.helper_rules), root_rule_name)

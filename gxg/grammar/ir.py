@@ -5,7 +5,7 @@ Out: immutable, hashable dataclasses:
 
     Grammar(rules=(Rule, ...), root_rule_name="root")
     Rule(name, body: Expr, lookahead: Expr | None)
-    Expr = Literal | CharClass | RuleRef | Sequence | Choice | Repeat
+    Expr = Literal | CharClass | TokenSet | RuleRef | Sequence | Choice | Repeat
 
 Conventions
 -----------
@@ -16,6 +16,10 @@ Conventions
   ``negated=True`` means "any code point not in the ranges". A class matches exactly one code
   point, i.e. one well-formed UTF-8 sequence; surrogates (U+D800–U+DFFF) never match because they
   have no UTF-8 encoding.
+* ``TokenSet(ids, negated)`` matches one whole *token* of the tokenizer, not bytes: a token
+  whose id is in ``ids`` (XGrammar's ``Token(...)``), or, when ``negated``, any token whose id is
+  not (``ExcludeToken(...)``). It can only start at a token boundary, so a token whose bytes
+  reach it part-way is rejected; strings (``accept_string``) never match it.
 * ``Repeat(expr, min, max)`` with ``max=None`` is unbounded: ``*`` is ``{0,}``, ``+`` is ``{1,}``,
   ``?`` is ``{0,1}``.
 * ``Rule.lookahead`` is an optional lookahead assertion (``rule ::= body (= lookahead)``): a hint
@@ -98,6 +102,28 @@ class CharClass:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenSet:
+    """One whole token: an id in ``ids`` (``Token(...)``), or with ``negated`` an id not in them
+    (``ExcludeToken(...)``). ``ids`` are kept sorted and distinct."""
+
+    ids: Tuple[int, ...]
+    negated: bool = False
+
+    def __post_init__(self) -> None:
+        ids = tuple(self.ids)
+        for token in ids:
+            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+                raise GrammarError(f"a token id must be a non-negative integer, got {token!r}")
+        ids = tuple(sorted(set(ids)))
+        if not ids and not self.negated:
+            raise GrammarError("Token() needs at least one token id")
+        object.__setattr__(self, "ids", ids)
+
+    def matches(self, token_id: int) -> bool:
+        return (token_id in self.ids) != self.negated
+
+
+@dataclass(frozen=True, slots=True)
 class RuleRef:
     name: str
 
@@ -132,7 +158,7 @@ class Repeat:
                 f"repetition upper bound {self.max} is smaller than lower bound {self.min}")
 
 
-Expr = Union[Literal, CharClass, RuleRef, Sequence, Choice, Repeat]
+Expr = Union[Literal, CharClass, TokenSet, RuleRef, Sequence, Choice, Repeat]
 EMPTY = Literal(b"")
 
 
@@ -260,7 +286,7 @@ def normalize(expr: Expr) -> Expr:
             from gxg import compile_budget  # here: compile_budget imports this module
             compile_budget.check("the grammar's normalisation")
         node, children_done = stack.pop()
-        if isinstance(node, (Literal, CharClass, RuleRef)):
+        if isinstance(node, (Literal, CharClass, TokenSet, RuleRef)):
             done[id(node)] = node
             continue
         if not isinstance(node, (Sequence, Choice, Repeat)):

@@ -85,9 +85,51 @@ between and after the parameters (``ws`` alone when none is required).
   ``allOf`` of more than one schema, enum/const values that sibling keywords rule out; and
   ``minProperties``/``maxProperties`` with ``any_order``.
 
-Refused (``GrammarError``): the style ``cohere_xml`` (recursive XML bodies with type
-attributes, not implemented in gxg), for the other styles a root that is not an object schema,
-and at the root ``patternProperties``, ``propertyNames``, ``minProperties``, ``maxProperties``,
+* cohere_xml (``_CohereWriter``, XGrammar 0.2.8's ``CohereXMLToolCallingConverter``): every
+  value is an element ``<cofl:value[ name="N"] type="T">body</cofl:value>``; the root is a body
+  alone (any schema, not only an object). ``T`` follows the branch of the schema the body comes
+  from: ``raw`` for a string or a string enum/const value, ``dict`` for an object, ``list`` for
+  an array, ``json`` for the rest (integers, numbers, booleans, null, the other enum/const
+  values: arrays and objects among them as JSON text). anyOf/oneOf (oneOf as anyOf when not
+  provably disjoint, announced as in the JSON converter), a one-schema allOf and type lists are
+  the choice of their branches' elements; an unconstrained schema (``true``, ``{}``,
+  annotations only) is any of: raw text, a JSON number/boolean/null, any dictionary, any list
+  (at the root: any dictionary). Bodies: a string without ``pattern``/``format``/lengths is raw
+  text up to ``</cofl:value>``; every other body has ``ws`` around it inside its element: a
+  string with one of ``pattern`` (in full), a known ``format`` (gxg's language of it, as above)
+  or lengths is that language; integers, numbers, booleans and null are JSON (gxg's JSON
+  converter, whose differences from XGrammar hold: integers take ``-0``, number bounds are
+  exact where XGrammar's range expressions cap the fraction digits); an enum/const value is its
+  literal (strings raw, other values as picojson writes them). An object is its members'
+  elements, named (``& < > "`` written as entities), each after ``ws`` and ``ws`` after the last
+  (``ws`` alone for none): the declared properties in order (required ones present), then
+  additional ones (``additionalProperties``, else ``unevaluatedProperties``; none without either:
+  strict mode) whose names are any name but the declared ones (``[^\\0"&<>]`` and the four
+  entities), between ``minProperties`` and ``maxProperties`` members in all; the schema
+  ``{"type": "object"}`` with only annotations beside it (XGrammar's identity of a schema, its
+  cache key) is any dictionary instead (but a closed one as a ``$ref`` target, which then
+  closes the later ones too: refused). An array is its items' elements, unnamed, with nothing
+  between them: every ``prefixItems`` item, then ``items`` (else ``unevaluatedItems``) ones as
+  ``minItems``/``maxItems`` allow; no more items without either (strict mode). ``$ref`` is a
+  rule (recursion allowed). Without ``type``, a schema is an object when it has ``properties``,
+  ``additionalProperties`` or ``unevaluatedProperties``, an array when it has ``items``,
+  ``prefixItems`` or ``unevaluatedItems``, unconstrained when it asserts nothing (XGrammar's
+  reading). ``any_order``: each object's members in any order as above, between
+  max(``minProperties``, the number of required ones) and ``maxProperties`` of them. Refused, as
+  XGrammar refuses them: ``excludes``, a ``required`` name missing from ``properties`` (XGrammar
+  mishandles it), a property name holding NUL, ``items`` as a list, a boolean in
+  ``prefixItems``, ``maxItems`` below ``minItems`` or the number of ``prefixItems``, ``minItems``
+  beyond what the array allows; refused because XGrammar ignores them or writes another
+  language (gxg would honour them): ``not``, ``if``, dependencies, ``contains``,
+  ``additionalItems``, ``patternProperties``, ``propertyNames``, ``multipleOf`` on a number, an
+  unknown ``format`` (XGrammar writes a JSON string), assertions beside ``$ref``, ``anyOf``,
+  ``oneOf`` or ``allOf``, ``allOf`` of more than one schema, enum/const values that sibling
+  keywords rule out, assertions without ``type``, two of ``pattern``/``format``/lengths on a
+  string, a ``$ref`` to ``{"type": "object"}`` (see above).
+
+Refused (``GrammarError``) in the styles other than minimax_m3_xml and cohere_xml (whose
+refusals are above): a root that is not an object schema, and at the root
+``patternProperties``, ``propertyNames``, ``minProperties``, ``maxProperties``,
 ``unevaluatedProperties``, a ``required`` name missing from ``properties``, an enum/const; for a
 string parameter: two of ``pattern``/``format``/lengths together (XGrammar honours only one),
 an unknown ``format``, lengths with ``excludes`` (XGrammar drops them), complements of strings;
@@ -101,6 +143,7 @@ import math
 import warnings
 from typing import Any, List, Optional, Sequence as Seq, Tuple
 
+from gxg import compile_budget
 from gxg.grammar import code_point_dfa as dfa_ops
 from gxg.grammar.combine import rename_refs
 from gxg.grammar.ir import (EMPTY, CharClass, Choice, Expr, Grammar, GrammarError, Literal,
@@ -119,7 +162,6 @@ __all__ = ["XML_STYLES", "xml_schema_to_grammar"]
 
 XML_STYLES = ("qwen_xml", "minimax_xml", "minimax_m3_xml", "deepseek_xml", "glm_xml",
               "cohere_xml", "kimi_k3_xml", "deepseek_v4_1_xml")
-REFUSED_STYLES = ("cohere_xml",)
 # key prefix, key suffix, value prefix, parameter suffix (XGrammar's XMLWrapper)
 _WRAPPERS = {
     "qwen_xml": ("<parameter=", ">", "", "</parameter>"),
@@ -216,10 +258,7 @@ def xml_schema_to_grammar(schema: Any, style: str, *, any_order: bool = False,
                           excludes: Seq[str] = ()) -> Grammar:
     """The Grammar of the tool-call arguments ``schema`` describes, written in ``style`` (see
     the module docstring)."""
-    if style in REFUSED_STYLES:
-        raise GrammarError(f"json_schema style {style!r} (recursive XML bodies) is not supported "
-                           f"by gxg yet")
-    if style not in _WRAPPERS and style != "minimax_m3_xml":
+    if style not in _WRAPPERS and style not in ("minimax_m3_xml", "cohere_xml"):
         raise GrammarError(f"unknown XML style {style!r}")
     for exclude in excludes:
         if not exclude:
@@ -244,6 +283,11 @@ def xml_schema_to_grammar(schema: Any, style: str, *, any_order: bool = False,
             if body is None:
                 raise GrammarError("schema at # in style 'minimax_m3_xml' admits no value")
             return json.grammar(body)
+        if style == "cohere_xml":
+            if excludes:
+                raise GrammarError("excludes are not supported with style 'cohere_xml' (XGrammar "
+                                   "refuses them too)")
+            return json.grammar(_CohereWriter(json, any_order).body(root, "#"))
         writer = _XmlWriter(json, style, any_order, tuple(excludes))
         return json.grammar(writer.arguments(root, "#"))
 
@@ -256,7 +300,9 @@ class _XmlWriter:
         self.style = style
         self.any_order = any_order
         self.excludes = excludes
-        self.key_prefix, self.key_suffix, self.value_prefix, self.suffix = _WRAPPERS[style]
+        # (the recursive styles set their own suffix)
+        self.key_prefix, self.key_suffix, self.value_prefix, self.suffix = _WRAPPERS.get(
+            style, ("", "", "", ""))
         self.deepseek = style in ("deepseek_xml", "deepseek_v4_1_xml")
         self.kimi = style == "kimi_k3_xml"
         self.ws: Expr = json.fmt.ws
@@ -408,21 +454,21 @@ class _XmlWriter:
             self.json.fmt = saved
 
     def any_order_list(self, members: List[Tuple[Expr, bool]], extra: Optional[Expr],
-                       ptr: str) -> Optional[Expr]:
-        """XGrammar's any_order: ``ws item (ws item)* ws`` with at least as many items as
-        required members, each item any declared or additional parameter."""
-        needed = sum(1 for _, required in members if required)
+                       ptr: str, lo: int = 0, hi: Optional[int] = None) -> Optional[Expr]:
+        """XGrammar's any_order: ``ws item (ws item)* ws`` with between max(``lo``, required
+        members) and ``hi`` items, each item any declared or additional parameter."""
+        needed = max(lo, sum(1 for _, required in members if required))
         if needed:
             warnings.warn(f"any_order at {ptr} in style {self.style!r}: parameters in any order "
                           f"without presence or uniqueness checks (XGrammar's meaning), so a "
                           f"required parameter may be missing", JsonSchemaRelaxationWarning,
                           stacklevel=5)
         items = [expr for expr, _ in members] + ([extra] if extra is not None else [])
-        if not items:
+        if not items or hi == 0 or (hi is not None and hi < needed):
             return None if needed else self.ws
         item = self.json.share(_alt(*items), "xml_item")
         nonempty = Sequence((self.ws, item, Repeat(Sequence((self.ws, item)), max(0, needed - 1),
-                                                   None), self.ws))
+                                                   None if hi is None else hi - 1), self.ws))
         return nonempty if needed else Choice((nonempty, self.ws))
 
     # -- one parameter (XGrammar's level 1)
@@ -581,14 +627,8 @@ class _MiniMaxM3Writer(_XmlWriter):
     text without the marker, other scalars as JSON; enum/const values as XGrammar's literals."""
 
     def __init__(self, json: GrammarEmitter, any_order: bool):
-        self.json = json
-        self.schemas = json.schemas
-        self.style = "minimax_m3_xml"
-        self.any_order = any_order
-        self.excludes = ()
+        super().__init__(json, "minimax_m3_xml", any_order, ())
         self.suffix = _M3
-        self.ws = json.fmt.ws
-        self.names = {}
         self.ref_rules: dict = {}
 
     def element(self, name: str, body: Expr) -> Expr:
@@ -807,3 +847,334 @@ class _MiniMaxM3Writer(_XmlWriter):
 class _M3Whitespace(_Whitespace):
     def empty(self, pair: str) -> Expr:
         return EMPTY
+
+
+# ----------------------------------------------------------------------------- cohere_xml
+
+_COHERE_OPEN, _COHERE_CLOSE = "<cofl:value", "</cofl:value>"
+_COHERE_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+# what a property name may hold raw: anything but NUL and the characters written as entities
+_COHERE_NAME_CHARS = ((0x01, 0x21), (0x23, 0x25), (0x27, 0x3B), (0x3D, 0x3D), (0x3F, 0x10FFFF))
+# the type attribute of a value by its schema type (integer, number, boolean, null: "json")
+_COHERE_KINDS = {"string": "raw", "object": "dict", "array": "list"}
+# keys XGrammar leaves out of a schema's identity (its cache key, which makes the schema
+# {"type": "object"} its unconstrained object)
+_XGR_ANNOTATIONS = frozenset({"title", "default", "description", "examples", "deprecated",
+                              "readOnly", "writeOnly", "$comment", "$schema"})
+# keywords XGrammar 0.2.8 ignores in cohere_xml (gxg would honour them: a different language)
+_COHERE_IGNORED = ("not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                   "dependencies", "contains", "additionalItems")
+# keywords that decide a schema's kind before its type, in XGrammar's order (its SchemaParser)
+_COHERE_FIRST = ("$ref", "const", "enum", "anyOf", "oneOf", "allOf")
+
+
+def cohere_name(name: str, where: str) -> str:
+    """A property name as the ``name`` attribute writes it: ``& < > "`` as entities."""
+    if "\0" in name or _canonical_spelling(name) is None:
+        raise GrammarError(f"property name at {where} holds NUL or a lone surrogate (XGrammar "
+                           f"refuses such names in style 'cohere_xml')")
+    return "".join(_COHERE_ENTITIES.get(char, char) for char in name)
+
+
+def cohere_literal(value: Any, ptr: str) -> Tuple[str, str]:
+    """(type attribute, text) of an enum/const value (XGrammar's XMLValue): a string raw, any
+    other value ``json`` as picojson writes it (objects and arrays too)."""
+    if isinstance(value, str):
+        if _canonical_spelling(value) is None:
+            raise GrammarError(f"enum/const string at {ptr} holds a lone surrogate")
+        return "raw", value
+    return "json", picojson_text(value, ptr)
+
+
+def is_plain_object_schema(schema: Any) -> bool:
+    """Whether XGrammar takes ``schema`` for its unconstrained object (any parameters): exactly
+    ``{"type": "object"}`` once annotations are left out. Any other object schema is closed
+    unless ``additionalProperties`` / ``unevaluatedProperties`` open it (strict mode)."""
+    return isinstance(schema, dict) and {
+        k: v for k, v in schema.items() if k not in _XGR_ANNOTATIONS} == {"type": "object"}
+
+
+class _CohereWriter(_XmlWriter):
+    """cohere_xml (XGrammar 0.2.8's ``CohereXMLToolCallingConverter``): a value is an element
+    ``<cofl:value[ name="N"] type="T">body</cofl:value>``; an object's body is its members'
+    elements (named), an array's its items' (unnamed); the type attribute follows the branch
+    of the schema the body comes from (see the module docstring)."""
+
+    def __init__(self, json: GrammarEmitter, any_order: bool):
+        super().__init__(json, "cohere_xml", any_order, ())
+        self.suffix = _COHERE_CLOSE
+        self.ref_rules: dict = {}
+
+    # -- what XGrammar's parser makes of a schema
+    def classify(self, schema: Any, ptr: str) -> Tuple[str, Any]:
+        """``("none", _)``, ``("any", _)``, ``("ref", ref)``, ``("literals", values)``,
+        ``("options", [(schema, ptr)...])`` (anyOf/oneOf, a one-schema allOf, a type list) or
+        ``("typed", (type, schema, keywords))``; what XGrammar ignores is refused."""
+        compile_budget.check("the JSON Schema converter", ptr)
+        if schema is True:
+            return "any", None
+        if schema is False:
+            return "none", None
+        kw = self.schemas.keywords(schema, ptr)
+        for keyword in _COHERE_IGNORED:
+            if keyword in kw:
+                raise self.refuse(keyword, ptr, "XGrammar ignores it in this style")
+        first = next((k for k in _COHERE_FIRST if k in kw), None)
+        if first in ("const", "enum"):
+            kept = self.schemas.enum_values(kw, ptr)
+            alone = self.schemas.enum_values({first: kw[first]}, ptr)
+            if len(kept) != len(alone):
+                raise self.refuse(first, ptr, "values its sibling keywords rule out (XGrammar "
+                                  "ignores the siblings)")
+            return "literals", alone
+        if first is not None:
+            if asserts({k: v for k, v in kw.items() if k != first}):
+                raise self.refuse(first, ptr, "sibling assertions (XGrammar ignores them)")
+            if first == "$ref":
+                ref = kw["$ref"]
+                if isinstance(ref, str) and is_plain_object_schema(
+                        resolve_pointer(self.schemas.root, ref, ptr)[0]):
+                    raise self.refuse("$ref", ptr, 'to the schema {"type": "object"} (XGrammar '
+                                      "then reads that schema by the order it writes rules in)")
+                return "ref", ref
+            subs = kw[first]
+            if not isinstance(subs, list) or not subs:
+                raise GrammarError(f"'{first}' at {ptr} must be a non-empty list")
+            if first == "allOf" and len(subs) != 1:
+                raise self.refuse("allOf", ptr, "more than one schema (XGrammar falls back to an "
+                                  "unconstrained value)")
+            if first == "oneOf" and self.schemas.disjoint_one_of(subs, ptr) is None:
+                self.schemas.relax_one_of(ptr)
+            return "options", [(sub, f"{ptr}/{first}/{i}") for i, sub in enumerate(subs)]
+        if "type" in kw:
+            types = declared_types(kw, ptr)
+            if isinstance(kw["type"], list):
+                return "options", [({**schema, "type": name}, ptr) for name in types]
+            return "typed", (types[0], schema, kw)
+        for inferred, keywords in (("object", ("properties", "additionalProperties",
+                                               "unevaluatedProperties")),
+                                   ("array", ("items", "prefixItems", "unevaluatedItems"))):
+            if any(k in kw for k in keywords):
+                return "typed", (inferred, schema, kw)
+        if asserts(kw):
+            raise self.refuse(next(iter(kw)), ptr, "a schema with assertions but no 'type' "
+                              "(XGrammar ignores them)")
+        return "any", None
+
+    # -- a value as an element's attributes and body: ' type="T">' body '</cofl:value>'
+    def tail(self, schema: Any, ptr: str) -> Optional[Expr]:
+        kind, data = self.classify(schema, ptr)
+        if kind == "none":
+            return None
+        if kind == "any":
+            return self.any_tail()
+        if kind == "ref":
+            return self.ref_rule("tail", data, ptr)
+        if kind == "options":
+            return _alt(*[self.tail(sub, where) for sub, where in data])
+        if kind == "literals":
+            groups: dict = {}
+            for value in data:
+                type_name, text = cohere_literal(value, ptr)
+                groups.setdefault(type_name, []).append(_lit(text))
+            return _alt(*[self.wrap(type_name, Choice(tuple(texts)), False)
+                          for type_name, texts in groups.items()])
+        type_name, raw, kw = data
+        body, plain = self.typed_body(type_name, raw, kw, ptr)
+        return None if body is None else self.wrap(_COHERE_KINDS.get(type_name, "json"), body,
+                                                   plain)
+
+    def wrap(self, type_name: str, body: Expr, plain: bool) -> Expr:
+        """The attribute and body of one branch; a body other than the free raw string has
+        whitespace around it."""
+        return Sequence((_lit(f' type="{type_name}">'),
+                         body if plain else Sequence((self.ws, body, self.ws)),
+                         _lit(_COHERE_CLOSE)))
+
+    # -- a body alone (the root: XGrammar's root rule, no element around it)
+    def body(self, schema: Any, ptr: str) -> Optional[Expr]:
+        kind, data = self.classify(schema, ptr)
+        if kind == "none":
+            return None
+        if kind == "any":
+            return self.any_object()  # an unconstrained root is the arguments dictionary
+        if kind == "ref":
+            return self.ref_rule("body", data, ptr)
+        if kind == "options":
+            return _alt(*[self.body(sub, where) for sub, where in data])
+        if kind == "literals":
+            return _alt(*[_lit(cohere_literal(value, ptr)[1]) for value in data])
+        return self.typed_body(*data, ptr)[0]
+
+    def ref_rule(self, what: str, ref: Any, ptr: str) -> Expr:
+        """The ``tail`` or ``body`` of a $ref target as a rule (recursion allowed)."""
+        if not isinstance(ref, str):
+            raise GrammarError(f"$ref at {ptr} must be a string")
+        target, target_ptr = resolve_pointer(self.schemas.root, ref, ptr)
+        if (what, target_ptr) in self.ref_rules:
+            return RuleRef(self.ref_rules[(what, target_ptr)])
+        hint = "ref_" + (target_ptr[2:].rsplit("/", 1)[-1] if len(target_ptr) > 2 else "root")
+        name = self.json.new_rule(f"cohere_{hint}_{what}")
+        self.ref_rules[(what, target_ptr)] = name
+        expr = getattr(self, what)(target, target_ptr)
+        if expr is None:
+            raise self.refuse("$ref", ptr, f"the schema at {target_ptr} admits no value")
+        self.json.rules[name] = expr
+        return RuleRef(name)
+
+    def typed_body(self, type_name: str, raw: Any, kw: dict, ptr: str) -> Tuple[Optional[Expr],
+                                                                                 bool]:
+        """(body, plain) of a value of one type; plain: the free raw string."""
+        if type_name == "string":
+            if "format" in kw and not any(r[3] == "format" for r in string_regexes(kw, ptr)):
+                raise self.refuse("format", ptr, f"unknown format {kw['format']!r} (XGrammar "
+                                  f"writes a JSON string there)")
+            branch = self.string_value(kw, ptr)
+            return (None, False) if branch is None else (branch.expr, branch.plain)
+        if type_name == "object":
+            return self.object_body(raw, kw, ptr), False
+        if type_name == "array":
+            return self.array_body(kw, ptr), False
+        if type_name == "number" and "multipleOf" in kw:
+            raise self.refuse("multipleOf", ptr, "on a number (XGrammar ignores it)")
+        return self.json.typed(kw, type_name, ptr, 0), False
+
+    # -- objects and arrays
+    def object_body(self, raw: Any, kw: dict, ptr: str) -> Optional[Expr]:
+        if is_plain_object_schema(raw):
+            return self.any_object()
+        for keyword in ("patternProperties", "propertyNames"):
+            if keyword in kw:
+                raise self.refuse(keyword, ptr, "not supported in this style (XGrammar matches "
+                                  "names against it in its own way)")
+        properties = kw.get("properties", {})
+        if not isinstance(properties, dict):
+            raise GrammarError(f"'properties' at {ptr} must be an object")
+        required = list(dict.fromkeys(kw.get("required", [])))
+        missing = [name for name in required if name not in properties]
+        if missing:
+            raise self.refuse("required", ptr, f"the required name {missing[0]!r} is not in "
+                              f"'properties' (XGrammar mishandles it)")
+        extra_keyword = next((k for k in ("additionalProperties", "unevaluatedProperties")
+                              if k in kw), None)
+        extra_schema = False if extra_keyword is None else kw[extra_keyword]
+        lo = count(kw, "minProperties", ptr, 0)
+        hi = count(kw, "maxProperties", ptr, None)
+        written_names, members = [], []
+        for name, sub in properties.items():
+            where = f"{ptr}/properties/{escape_token(name)}"
+            written = cohere_name(name, where)
+            written_names.append(written)
+            tail = self.tail(sub, where)
+            if tail is None:
+                if name in required:
+                    return None
+                continue
+            members.append((Sequence((_lit(f'{_COHERE_OPEN} name="{written}"'), tail)),
+                            name in required))
+        extra = None
+        if extra_schema is not False:
+            tail = self.tail(extra_schema, f"{ptr}/{extra_keyword}")
+            key = self.key_excluding(written_names)
+            if tail is not None and key is not None:
+                extra = self.json.share(Sequence((_lit(f'{_COHERE_OPEN} name="'), key, _lit('"'),
+                                                  tail)), "cohere_additional_parameter")
+        if self.any_order:
+            return self.any_order_list(members, extra, ptr, lo, hi)
+        saved, self.json.fmt = self.json.fmt, _Whitespace(self.ws)
+        try:
+            return self.json.object_body(members, extra, lo, hi, 0)
+        finally:
+            self.json.fmt = saved
+
+    def array_body(self, kw: dict, ptr: str) -> Optional[Expr]:
+        """The items' elements, without whitespace between them: every ``prefixItems`` item,
+        then ``items`` (or ``unevaluatedItems``) ones as ``minItems``/``maxItems`` allow; no
+        ``items``: no more items (strict mode)."""
+        if isinstance(kw.get("items"), list):
+            raise self.refuse("items", ptr, "a list of items (XGrammar refuses it; use "
+                              "prefixItems)")
+        prefix_schemas = kw.get("prefixItems", [])
+        if not isinstance(prefix_schemas, list):
+            raise GrammarError(f"'prefixItems' at {ptr} must be a list")
+        extra_schema = kw["items"] if "items" in kw else kw.get("unevaluatedItems", False)
+        lo = count(kw, "minItems", ptr, 0)
+        hi = count(kw, "maxItems", ptr, None)
+        n = len(prefix_schemas)
+        if lo > MAX_EXACT_BOUND or (hi is not None and hi > MAX_EXACT_BOUND):
+            raise self.refuse("minItems" if lo > MAX_EXACT_BOUND else "maxItems", ptr,
+                              f"an item bound above {MAX_EXACT_BOUND}")
+        if hi is not None and (hi < lo or hi < n):
+            raise self.refuse("maxItems", ptr, "below minItems or the number of prefixItems "
+                              "(XGrammar refuses it)")
+        prefix = []
+        for i, sub in enumerate(prefix_schemas):
+            tail = None if sub is True else self.tail(sub, f"{ptr}/prefixItems/{i}")
+            if tail is None:
+                raise self.refuse("prefixItems", f"{ptr}/prefixItems/{i}", "a boolean schema or "
+                                  "one no value satisfies (XGrammar refuses it)")
+            prefix.append(Sequence((_lit(_COHERE_OPEN), tail)))
+        extra = None
+        if extra_schema is not False:
+            tail = self.tail(extra_schema, f"{ptr}/items")
+            if tail is not None:
+                extra = self.json.share(Sequence((_lit(_COHERE_OPEN), tail)), "cohere_item")
+        if extra is None and lo > n:
+            raise self.refuse("minItems", ptr, "more items than prefixItems allow (XGrammar "
+                              "refuses it)")
+        tail_items: Expr = EMPTY
+        if extra is not None and hi != n:
+            tail_items = Repeat(extra, max(0, lo - n), None if hi is None else hi - n)
+        return Sequence((*prefix, tail_items)) if prefix else tail_items
+
+    # -- the unconstrained value (XGrammar's cohere_any_*, xml_object)
+    def cohere_key(self) -> RuleRef:
+        """A written name: ``[^\\0"&<>]`` or ``&amp; &lt; &gt; &quot;``, at least one."""
+        return self.json.helper("cohere_key", self.cohere_key_expr)
+
+    @staticmethod
+    def cohere_key_expr() -> Expr:
+        return Repeat(Choice((CharClass(_COHERE_NAME_CHARS),
+                              *[_lit(entity) for entity in _COHERE_ENTITIES.values()])), 1, None)
+
+    def key_excluding(self, written: List[str]) -> Optional[Expr]:
+        """A written name other than those in ``written`` (XGrammar leaves declared names out
+        of the additional ones)."""
+        names = tuple(dict.fromkeys(name for name in written if name))
+        if not names:
+            return self.cohere_key()
+        if ("key", names) in self.names:
+            return self.names[("key", names)]
+        dfa = dfa_ops.difference(dfa_ops.dfa_from_expr(self.cohere_key_expr()),
+                                 dfa_ops.literal_strings(names))
+
+        def define(ref, body):
+            self.json.rules[ref.name] = body
+        expr = dfa_ops.dfa_to_expr(dfa, lambda ranges: CharClass(tuple(ranges)),
+                                   lambda hint: RuleRef(self.json.new_rule(hint)),
+                                   "cohere_additional_key", define_rule=define)
+        self.names[("key", names)] = self.json.share(expr, "cohere_additional_key")
+        return self.names[("key", names)]
+
+    def any_tail(self) -> RuleRef:
+        """The four typed forms of an unconstrained value: raw text, a JSON scalar (number,
+        boolean, null), any dictionary, any list."""
+        def build() -> Expr:
+            scalar = Choice((self.json.number_rule(), _lit("true"), _lit("false"), _lit("null")))
+            return Choice((self.wrap("raw", self.xml_string(), True),
+                           self.wrap("json", scalar, False),
+                           self.wrap("dict", self.any_object(), False),
+                           self.wrap("list", self.any_list(), False)))
+        return self.json.helper("cohere_any_tail", build)
+
+    def any_object(self) -> RuleRef:
+        def build() -> Expr:
+            member = Sequence((_lit(f'{_COHERE_OPEN} name="'), self.cohere_key(), _lit('"'),
+                               self.any_tail()))
+            return Choice((Sequence((self.ws, member, Repeat(Sequence((self.ws, member)), 0, None),
+                                     self.ws)), self.ws))
+        return self.json.helper("cohere_any_object", build)
+
+    def any_list(self) -> RuleRef:
+        return self.json.helper("cohere_any_list", lambda: Repeat(
+            Sequence((_lit(_COHERE_OPEN), self.any_tail())), 0, None))

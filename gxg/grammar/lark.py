@@ -52,6 +52,11 @@ replayed in ``tests/test_lark.py``. It is *recognition* Lark: no parse trees, no
   DECIMAL _EXP FLOAT SIGNED_FLOAT NUMBER SIGNED_NUMBER ESCAPED_STRING LCASE_LETTER
   UCASE_LETTER LETTER WORD CNAME WS_INLINE WS CR LF NEWLINE SH_COMMENT CPP_COMMENT C_COMMENT
   SQL_COMMENT), each XGrammar's regex (e.g. ``WORD`` is ``[A-Za-z]+``, ``NUMBER`` has no sign).
+* Special tokens (XGrammar's): ``<[2,5-7]>`` matches one whole token with one of those ids,
+  ``<name>`` (``<|im_end|>``, ``<think>``) one whose text is ``<name>`` -- every such id, found
+  through ``tokenizer_info`` (without it: "named special token ... requires tokenizer_info";
+  no such token: "unknown special token"); an IR ``TokenSet`` each, with ``lark_ignore`` after
+  it like a lexeme, and refused in terminals.
 * XGrammar's extensions: ``%json {schema}`` (a JSON Schema, read by
   ``gxg.grammar.json_schema`` with its default options, as XGrammar's ``from_json_schema``);
   ``%lark { ... }`` (a nested grammar with its own names, ``start``, ``%ignore`` and options);
@@ -68,11 +73,10 @@ replayed in ``tests/test_lark.py``. It is *recognition* Lark: no parse trees, no
   - ``capture`` does not change the language; gxg ignores it (no ``get_captures``).
 
 Refused -- XGrammar 0.2.8 accepts them but gxg cannot give the same language or behaviour --
-with a ``GrammarError`` naming the construct: special tokens ``<|name|>`` / ``<[ids]>`` (token
-level; no text spelling), ``[max_tokens=N]`` (a runtime token budget), ``[lazy]`` on any
-other body, ``[stop="..."]``, ``[suffix=...]`` other than a fixed, case-sensitive string on an
-any-text head of the dynamic pattern (XGrammar makes these *runtime-lazy* rules, which end at
-the first match, a matcher feature gxg lacks), ``%regex {...}`` (XGrammar's structured
+with a ``GrammarError`` naming the construct: ``[max_tokens=N]`` (a runtime token budget),
+``[lazy]`` on any other body, ``[stop="..."]``, ``[suffix=...]`` other than a fixed,
+case-sensitive string on an any-text head of the dynamic pattern (XGrammar makes these
+*runtime-lazy* rules, which end at the first match, a matcher feature gxg lacks), ``%regex {...}`` (XGrammar's structured
 regexes, e.g. ``substring_chars``), the regex flag ``i``, and regexes that XGrammar's
 regex reader takes differently from gxg's: ``[\\^...`` (XGrammar: a negated class), ``\\u``
 escapes of surrogates (XGrammar: two surrogates that match nothing), mid-pattern anchors
@@ -90,8 +94,7 @@ Deliberate differences from XGrammar 0.2.8:
 * An error inside a ``%lark { }`` block points at the offending token (XGrammar: at the
   ``%lark``, "failed to compile nested Lark grammar: ..."); errors in a named grammar's text
   are reported at the ``@name``, with the inner message, as XGrammar does.
-* ``[capture]`` is accepted and ignored (gxg's matcher has no ``get_captures``);
-  ``tokenizer_info`` is accepted and unused (it only resolves special tokens).
+* ``[capture]`` is accepted and ignored (gxg's matcher has no ``get_captures``).
 * Columns count code points (XGrammar: bytes); gxg also accepts regexes XGrammar rejects
   (a literal ``{``, as ``gxg.grammar.regex`` documents).
 """
@@ -115,8 +118,10 @@ from gxg.grammar.ir import (
     Rule,
     RuleRef,
     Sequence,
+    TokenSet,
     iter_rule_refs,
 )
+from gxg.grammar.macros import MAX_TOKEN_ID
 
 __all__ = ["parse_lark", "named_grammars_key", "COMMON_TERMINALS", "MAX_REPEAT_BOUND"]
 
@@ -719,8 +724,7 @@ class _Parser:
         if self.match(REGEX_EXT):
             raise self.error(token.offset, "structured %regex is not supported by gxg")
         if self.match(SPECIAL):
-            raise self.error(token.offset, f"special token {token.text}: token-level items "
-                                           "are not supported by gxg's Lark front end")
+            return _Node("special", token.offset, text=token.text)
         if self.match(GREF):
             return _Node("gref", token.offset, text=token.text[1:])
         if self.match(LARK):
@@ -1066,6 +1070,10 @@ class _Compiler:
                 raise self.error(node.offset, "nested %lark cannot be used in terminals")
             grammar = _Compiler(self.source, node.value, self.named, node.offset).compile()
             return self.then_skip(self.embed(grammar, "lark_nested"))
+        if kind == "special":
+            if terminal:
+                raise self.error(node.offset, "special tokens cannot be used in terminals")
+            return self.then_skip(self.named.special_token(node.text, self.source, node.offset))
         if kind == "gref":
             if terminal:
                 raise self.error(node.offset, "named grammars cannot be used in terminals")
@@ -1334,7 +1342,11 @@ def _reachable(grammar: Grammar) -> Grammar:
 
 
 class _NamedGrammars:
-    def __init__(self, named: Optional[Dict[str, Union[Grammar, str]]]):
+    """What every Lark text of one ``from_lark`` call shares: the named grammars, and the
+    tokenizer that resolves named special tokens."""
+
+    def __init__(self, named: Optional[Dict[str, Union[Grammar, str]]], tokenizer_info=None):
+        self.tokenizer_info = tokenizer_info
         if named is None:
             named = {}
         if not isinstance(named, dict):
@@ -1353,6 +1365,26 @@ class _NamedGrammars:
             self.inputs[name] = value
         self.compiled: Dict[str, Grammar] = {}
         self.active: List[str] = []
+
+    def special_token(self, text: str, source: _Source, offset: int) -> TokenSet:
+        """``<[2,5-7]>``: those ids; ``<name>``: every id whose text is ``<name>``, through the
+        tokenizer (XGrammar's forms and messages)."""
+        if text.startswith("<["):
+            if not text.endswith("]>"):
+                raise source.error(offset, "invalid special token")
+            return TokenSet(_numeric_special_token(text[2:-2], source, offset))
+        if self.tokenizer_info is None:
+            raise source.error(offset, f"named special token {text} requires tokenizer_info")
+        wanted = text.encode("utf-8")
+        ids = tuple(i for i, piece in enumerate(self._decoded_vocab()) if piece == wanted)
+        if not ids:
+            raise source.error(offset, f"unknown special token {text}")
+        return TokenSet(ids)
+
+    def _decoded_vocab(self):
+        if not hasattr(self, "_vocab"):  # a new list per access of decoded_vocab: read once
+            self._vocab = self.tokenizer_info.decoded_vocab
+        return self._vocab
 
     def resolve(self, name: str, source: _Source, offset: int) -> Grammar:
         value = self.inputs.get(name)
@@ -1389,6 +1421,23 @@ def named_grammars_key(named_grammars) -> tuple:
 # ----------------------------------------------------------------------------- entry point
 
 
+def _numeric_special_token(body: str, source: _Source, offset: int) -> Tuple[int, ...]:
+    """The ids of ``<[body]>``: comma-separated ids and ``lo-hi`` ranges."""
+    if not body:
+        raise source.error(offset, "empty numeric special-token range")
+    ids: List[int] = []
+    for part in body.split(","):
+        bounds = part.split("-")
+        if len(bounds) > 2 or not all(b.isdigit() and b.isascii() for b in bounds) or \
+                int(bounds[0]) > int(bounds[-1]):
+            raise source.error(offset, f"invalid numeric special-token range '{part}'")
+        ids.extend(range(int(bounds[0]), int(bounds[-1]) + 1))
+        if ids[-1] > MAX_TOKEN_ID:
+            raise source.error(offset, f"token id {ids[-1]} is too large (at most "
+                                       f"{MAX_TOKEN_ID})")
+    return tuple(ids)
+
+
 def _compile_text(text: str, named: _NamedGrammars) -> Grammar:
     source = _Source(text)
     tokens = _tokenize(source)
@@ -1403,9 +1452,10 @@ def _compile_text(text: str, named: _NamedGrammars) -> Grammar:
         raise GrammarError("the grammar nests too deeply") from None
 
 
-def parse_lark(lark_string: str, named_grammars: Optional[Dict[str, Union[Grammar, str]]] = None
-               ) -> Grammar:
-    """The Grammar of Lark text in XGrammar 0.2.8's dialect (see the module docstring)."""
+def parse_lark(lark_string: str, named_grammars: Optional[Dict[str, Union[Grammar, str]]] = None,
+               tokenizer_info=None) -> Grammar:
+    """The Grammar of Lark text in XGrammar 0.2.8's dialect (see the module docstring);
+    ``tokenizer_info`` resolves named special tokens."""
     if not isinstance(lark_string, str):
         raise TypeError(f"from_lark takes Lark text, got {type(lark_string).__name__}")
-    return _compile_text(lark_string, _NamedGrammars(named_grammars))
+    return _compile_text(lark_string, _NamedGrammars(named_grammars, tokenizer_info))

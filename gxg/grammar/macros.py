@@ -1,4 +1,5 @@
-"""EBNF macros -> Grammar IR: XGrammar 0.2.8's ``Regex``, ``Substring`` and ``TagDispatch``.
+"""EBNF macros -> Grammar IR: XGrammar 0.2.8's ``Regex``, ``Substring``, ``TagDispatch`` and the
+token-id macros ``Token``, ``ExcludeToken`` and ``TokenTagDispatch``.
 
 In:  one macro call as ``gxg.grammar.ebnf`` parsed it (``MacroCall``: the macro's name, its
      positional arguments and its keyword arguments, each a ``MacroValue`` that knows where it
@@ -8,7 +9,8 @@ Out: ``expand_macro(call, new_rule_name) -> Expansion``: an expression to put wh
      stands, the helper rules it refers to, and the user rules that the call names (the parser
      checks that they are defined). Bad arguments raise ``MacroError(message, offset)``; the
      parser turns it into a ``GrammarError`` with line and column. Nothing here looks at the
-     grammar text, and the expansion is deterministic.
+     grammar text, and the expansion is deterministic. ``token_tag_dispatch_expr`` is the
+     TokenTagDispatch lowering on its own, for the structural-tag writer.
 
 The call syntax (what ``gxg.grammar.ebnf`` reads) is XGrammar's: ``Name(arg, ..., key=value,
 ...)`` where a value is a string ``"..."`` (EBNF escapes), an integer, ``true`` / ``false``, a
@@ -60,6 +62,60 @@ and the installed package run as an oracle):
     XGrammar's automaton runs on bytes and lets free text hold any byte; gxg's free text is
     any string of code points (well-formed UTF-8). That is the only difference: on code
     points the two automata agree state for state (UTF-8 matches are code-point aligned).
+``Token(id, ...)`` / ``ExcludeToken(id, ...)``
+    One whole token whose id is one of the ids / none of them: an IR ``TokenSet`` (ids sorted
+    and deduplicated, as XGrammar prints them). The arguments are decimal integers from 0 to
+    ``MAX_TOKEN_ID``; ``Token()`` is an error ("Token() requires at least one integer
+    argument"), and so is anything but a non-negative integer ("Token() arguments must be
+    non-negative integers"), keywords and a trailing comma included, as in XGrammar. Unlike
+    the other macros, these two may stand in a lookahead assertion (XGrammar allows that).
+    Deliberate differences: ``ExcludeToken()`` (any one token) is accepted — XGrammar refuses
+    it, but it is how gxg prints the IR of ``TokenTagDispatch()`` or of a structural tag's
+    ``any_tokens`` without excludes, and every IR must parse back — and ids above
+    ``MAX_TOKEN_ID`` are errors (XGrammar wraps them to 32 bits: ``Token(2147483648)`` prints
+    as ``Token(-2147483648)``). Whether an id is in the vocabulary is the compiler's check.
+``TokenTagDispatch((token_id, rule), ..., loop_after_dispatch=true, excludes=(id, ...))``
+    TagDispatch over tokens: free tokens, in which a trigger token starts its rule. With T the
+    trigger ids, E the excludes and ``r_t`` the rules of trigger t (the rules of a trigger
+    given twice are alternatives), it is plain IR::
+
+        loop_after_dispatch=true:   (ExcludeToken(T + E) | Token(t1) r_t1 | Token(t2) r_t2 ...)*
+        loop_after_dispatch=false:  ExcludeToken(T + E)* (Token(t1) r_t1 | ...)?
+
+    A free token is one token that is neither a trigger nor an exclude; a trigger always
+    dispatches. The macro may end anywhere in the free part; with ``loop_after_dispatch=false``
+    it ends right after the dispatched rule. ``TokenTagDispatch()`` is ``ExcludeToken()*``.
+    Errors as XGrammar's: a trigger or exclude that is not a non-negative integer, an argument
+    that is not a pair, and an exclude that is also a trigger ("must not overlap").
+
+    The evidence (XGrammar 0.2.8's matcher over the vocabulary ``a b <call> </call> x y </s>
+    <sp> ab ""``, ids 0-9, ``</s>`` the stop token, ``""`` special; ``a ::= "x" Token(3)``;
+    "mask" is the set of allowed ids):
+
+    * ``root ::= TokenTagDispatch((2, a))``: the mask at the start is every id but the special
+      9, the stop token 6 included (the macro may end in free text); after 0 1 it is the same;
+      after 2 only 4 (``x``), then only 3; after 3 everything again; 2 4 3 0 2 4 3 6 is
+      accepted and terminates.
+    * ``loop_after_dispatch=false``: after 0 2 4 3 the mask is only the stop token 6 and 0 is
+      rejected: nothing follows the dispatched rule. With ``... "y"`` after the macro: after 2
+      4 3 the mask is only 5 (``y``); after 0 5 the stop token is allowed (``y`` was a free
+      token or the final ``"y"``).
+    * ``excludes=(5,)``: 5 leaves the mask of the free part (the stop token stays).
+      ``TokenTagDispatch((2, a), excludes=(5,)) Token(5)``: 5 is allowed only as the following
+      ``Token(5)``, after which only the stop token is.
+    * ``TokenTagDispatch((2, a), (2, b))`` with ``b ::= "y"``: after 2 the mask is 4 and 5.
+    * In a structural tag XGrammar does let an exclude be a trigger (a tag's end token is
+      added to the excludes of the token-level free formats inside it): the token then still
+      dispatches and is not a free token. A tag begun by token 7 and ended by token 2 around
+      a token_triggered_tags with trigger 2 (tag content ``"x"``): after 7 0 the mask lacks
+      the stop token; after 7 0 2 it is 4 (2 dispatched) and 6 (2 ended the tag), which is
+      what the lowering above gives.
+
+    tests/test_token_items_frontend.py replays these grammars and compares gxg's masks with
+    XGrammar's along random token walks.
+    * XGrammar's ``ExcludeToken`` never allows a stop token or a special token, and
+      ``Token(stop)`` allows nothing (masks of ``ExcludeToken(1, 2)``: 0 3 4 5 7 8); that is
+      the compiler's business, not the IR's.
 
 Size: TagDispatch makes one DFA state per trie node (sum of the tags' and excludes' lengths in
 code points, plus one), and ``code_point_dfa.dfa_to_expr`` writes it as a few right-linear rules
@@ -86,6 +142,7 @@ from gxg.grammar.ir import (
     Rule,
     RuleRef,
     Sequence,
+    TokenSet,
     children,
     complement_ranges,
     subtract_range,
@@ -93,10 +150,17 @@ from gxg.grammar.ir import (
 
 __all__ = [
     "MacroValue", "MacroKeyword", "MacroCall", "MacroError", "Expansion", "expand_macro",
-    "SUPPORTED_MACROS", "MAX_INLINE_DEPTH",
+    "token_tag_dispatch_expr", "SUPPORTED_MACROS", "LOOKAHEAD_MACROS", "MAX_INLINE_DEPTH",
+    "MAX_TOKEN_ID",
 ]
 
-SUPPORTED_MACROS = frozenset({"Regex", "Substring", "TagDispatch"})
+SUPPORTED_MACROS = frozenset(
+    {"Regex", "Substring", "TagDispatch", "Token", "ExcludeToken", "TokenTagDispatch"})
+# The macros that may stand in a lookahead assertion: one IR leaf each, as XGrammar allows.
+LOOKAHEAD_MACROS = frozenset({"Token", "ExcludeToken"})
+
+# XGrammar stores token ids as 32-bit integers.
+MAX_TOKEN_ID = 2**31 - 1
 
 # A macro's expression deeper than this goes into a helper rule of its own, so that the rule
 # that calls the macro stays well within the EBNF front-end's depth limit.
@@ -194,6 +258,10 @@ def expand_macro(call: MacroCall, new_rule_name: Callable[[str], str]) -> Expans
         expr = _substring(call, new_rule, define_rule)
     elif call.name == "TagDispatch":
         expr = _tag_dispatch(call, new_rule, define_rule, references)
+    elif call.name in ("Token", "ExcludeToken"):
+        expr = _token_set(call)
+    elif call.name == "TokenTagDispatch":
+        expr = _token_tag_dispatch(call, references)
     else:
         raise MacroError(f"the macro {call.name}(...) is not supported by gxg", call.offset)
     depth = _depth(expr)
@@ -260,6 +328,36 @@ def _tuple(value: MacroValue, what: str, example: str) -> Tuple[MacroValue, ...]
         raise MacroError(f"{what} must be a tuple such as {example}, not {_describe(value)}",
                          value.offset)
     return value.value
+
+
+def _token_id(value: MacroValue, what: str) -> int:
+    """A token id: a non-negative integer of at most ``MAX_TOKEN_ID``."""
+    if value.kind != "integer" or value.value < 0:
+        shown = value.value if value.kind == "integer" else _describe(value)
+        raise MacroError(f"{what} must be non-negative integers, not {shown}", value.offset)
+    if value.value > MAX_TOKEN_ID:
+        raise MacroError(f"{what} must be at most {MAX_TOKEN_ID} (token ids are 32-bit)",
+                         value.offset)
+    return value.value
+
+
+def _dispatch_pairs(call: MacroCall, example: str, read_trigger: Callable[[MacroValue], object],
+                    references: List[Tuple[str, int]]) -> List[Tuple[object, str]]:
+    """The ``(trigger, rule)`` arguments of TagDispatch / TokenTagDispatch, each trigger read by
+    ``read_trigger``; the rules are added to ``references``."""
+    pairs: List[Tuple[object, str]] = []
+    for argument in call.arguments:
+        pair = _tuple(argument, f"each argument of {call.name}()", example)
+        if len(pair) != 2:
+            raise MacroError(f"each argument of {call.name}() must be a pair {example}, "
+                             f"not a tuple of {len(pair)}", argument.offset)
+        trigger = read_trigger(pair[0])
+        if pair[1].kind != "name":
+            raise MacroError(f"the rule of a tag must be a rule name, not {_describe(pair[1])}",
+                             pair[1].offset)
+        references.append((pair[1].value, pair[1].offset))
+        pairs.append((trigger, pair[1].value))
+    return pairs
 
 
 # ----------------------------------------------------------------------------- Regex
@@ -382,6 +480,8 @@ def _strip(expr: Expr, forbidden, gone: Set[str]) -> Optional[Expr]:
         for hole in forbidden:
             ranges = subtract_range(ranges, hole)
         return CharClass(ranges) if ranges else None
+    if isinstance(expr, TokenSet):
+        return expr        # a token is no text (and regexes make none)
     if isinstance(expr, RuleRef):
         return None if expr.name in gone else expr
     if isinstance(expr, Sequence):
@@ -470,18 +570,8 @@ def _factor_automaton(word: List[int]) -> Dfa:
 def _tag_dispatch(call: MacroCall, new_rule, define_rule,
                   references: List[Tuple[str, int]]) -> Expr:
     keywords = _keywords(call, ("loop_after_dispatch", "excludes"))
-    tags: List[Tuple[str, str]] = []
-    for argument in call.arguments:
-        pair = _tuple(argument, "each argument of TagDispatch()", '("tag", rule)')
-        if len(pair) != 2:
-            raise MacroError(f"each argument of TagDispatch() must be a pair (\"tag\", rule), "
-                             f"not a tuple of {len(pair)}", argument.offset)
-        tag = _string(pair[0], "a tag", non_empty=True)
-        if pair[1].kind != "name":
-            raise MacroError(f"the rule of a tag must be a rule name, not {_describe(pair[1])}",
-                             pair[1].offset)
-        references.append((pair[1].value, pair[1].offset))
-        tags.append((tag, pair[1].value))
+    tags = _dispatch_pairs(call, '("tag", rule)',
+                           lambda value: _string(value, "a tag", non_empty=True), references)
     loop = _boolean(keywords.get("loop_after_dispatch"), True)
     excludes: List[str] = []
     if "excludes" in keywords:
@@ -631,3 +721,51 @@ def _char(ranges) -> Expr:
     if len(complement) < len(ranges):
         return CharClass(complement, negated=True)
     return CharClass(tuple(ranges))
+
+
+# ----------------------------------------------------------------------------- token ids
+
+
+def _token_set(call: MacroCall) -> Expr:
+    """``Token(id, ...)`` or ``ExcludeToken(id, ...)``."""
+    _keywords(call, ())
+    negated = call.name == "ExcludeToken"
+    if not call.arguments and not negated:
+        raise MacroError(f"{call.name}() requires at least one integer argument", call.paren)
+    what = f"{call.name}() arguments"
+    return TokenSet(tuple(_token_id(argument, what) for argument in call.arguments), negated)
+
+
+def _token_tag_dispatch(call: MacroCall, references: List[Tuple[str, int]]) -> Expr:
+    keywords = _keywords(call, ("loop_after_dispatch", "excludes"))
+    pairs = _dispatch_pairs(call, "(token_id, rule)",
+                            lambda value: _token_id(value, "token trigger ids"), references)
+    loop = _boolean(keywords.get("loop_after_dispatch"), True)
+    excludes: List[int] = []
+    if "excludes" in keywords:
+        for value in _tuple(keywords["excludes"].value, "excludes", "(1, 2)"):
+            exclude = _token_id(value, "exclude token ids")
+            if any(exclude == trigger for trigger, _ in pairs):
+                raise MacroError(f"the exclude token id {exclude} must not overlap with a "
+                                 "token trigger id", value.offset)
+            excludes.append(exclude)
+    return token_tag_dispatch_expr([(trigger, RuleRef(rule)) for trigger, rule in pairs], loop,
+                                   excludes)
+
+
+def token_tag_dispatch_expr(pairs: Seq[Tuple[int, Expr]], loop: bool,
+                            excludes: Seq[int]) -> Expr:
+    """XGrammar's TokenTagDispatch as plain IR (see the module docstring): ``pairs`` are
+    ``(trigger token id, what follows it)``; the expressions of one trigger are alternatives.
+    An exclude may also be a trigger (structural tags do that): it then only dispatches."""
+    following: Dict[int, List[Expr]] = {}
+    for trigger, expr in pairs:
+        following.setdefault(trigger, []).append(expr)
+    free = TokenSet(tuple({*following, *excludes}), negated=True)
+    dispatch = [Sequence((TokenSet((trigger,)), Choice(tuple(exprs))))
+                for trigger, exprs in following.items()]
+    if loop:
+        return Repeat(Choice((free, *dispatch)), 0, None)
+    if not dispatch:
+        return Repeat(free, 0, None)
+    return Sequence((Repeat(free, 0, None), Repeat(Choice(tuple(dispatch)), 0, 1)))

@@ -5,7 +5,7 @@ Out: EBNF text in the dialect ``gxg.grammar.ebnf.parse_ebnf`` reads, one rule pe
      grammar's rule order::
 
         root ::= "a" ("b" | c)* [0-9]{2,3} (= "x")
-        c ::= [^\n"\\] | "\xA0\x01g\u0001A"
+        c ::= [^\n"\\] | "\xA0\x01g\u0001A" | Token(5, 7) ExcludeToken(2)
 
 The text is canonical: ``parse_ebnf(grammar_to_ebnf(g), root_rule_name=g.root_rule_name) == g``
 for every grammar, and printing is a fixed point of parse-then-print. The EBNF text itself has
@@ -14,6 +14,10 @@ grammar's root has another name, the printed text starts with a comment saying s
 ``# root rule: main (parse with root_rule_name="main")``, and that name must be passed back to
 ``parse_ebnf``. Rule names are printed as they are; a name outside the dialect's
 ``[A-Za-z_.-][A-Za-z0-9_.-]*`` (which only a hand-built IR can have) cannot be parsed back.
+
+Token sets print as XGrammar spells them: ``Token(5, 7)`` (one token of these ids) and
+``ExcludeToken(2)`` (one token of any other id; ``ExcludeToken()`` is any token, which
+XGrammar's parser refuses but gxg's reads, so that every IR prints and parses back).
 
 Layout choices: parentheses only where precedence needs them (choice < sequence < postfix
 quantifier < atom), so a quantified quantifier is ``("a"*)*``; repeats print as ``* + ? {m}
@@ -26,7 +30,9 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional
 
-from gxg.grammar.ir import CharClass, Choice, Expr, Grammar, Literal, Repeat, RuleRef, Sequence
+from gxg.grammar.ir import (
+    CharClass, Choice, Expr, Grammar, Literal, Repeat, RuleRef, Sequence, TokenSet,
+)
 
 __all__ = ["grammar_to_ebnf", "rule_to_ebnf", "expr_to_ebnf"]
 
@@ -99,6 +105,8 @@ def _pieces(expr: Expr) -> list:
         return [_string_literal(expr.data.decode("utf-8"))]
     if isinstance(expr, CharClass):
         return [_char_class(expr)]
+    if isinstance(expr, TokenSet):
+        return [_token_set(expr)]
     if isinstance(expr, RuleRef):
         return [expr.name]
     if isinstance(expr, Sequence):
@@ -129,7 +137,7 @@ def _quantifier(low: int, high: Optional[int]) -> str:
     return f"{{{low},{high}}}"
 
 
-# ----------------------------------------------------------------------------- strings, classes
+# ------------------------------------------------------------------ strings, classes, token sets
 
 
 def _string_literal(text: str) -> str:
@@ -140,6 +148,11 @@ def _string_char(char: str, following: str) -> str:
     if char in '"\\':
         return "\\" + char
     return _plain_or_escaped(char, following)
+
+
+def _token_set(token_set: TokenSet) -> str:
+    name = "ExcludeToken" if token_set.negated else "Token"
+    return f"{name}({', '.join(map(str, token_set.ids))})"
 
 
 def _char_class(char_class: CharClass) -> str:

@@ -7,13 +7,19 @@ Out: ``is_nullable`` / ``is_productive`` (one expression, given the rule names k
      the reference graph). The front ends (the JSON Schema converter's productivity check) and
      the compiler's passes (``gxg.compiler.passes``) both use them, so they live on the IR
      side of the pipeline.
+
+A "string" here is what the grammar matches: bytes and, for ``TokenSet`` leaves, whole tokens.
+A ``TokenSet`` consumes exactly one token: never empty, always productive (the front end does
+not know the vocabulary; ids outside it are the compiler's business).
 """
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Mapping, Optional, Sequence as Seq, Set
 
 from gxg.graphs import strongly_connected_components
-from gxg.grammar.ir import CharClass, Choice, Expr, Literal, Repeat, RuleRef, Sequence, iter_rule_refs
+from gxg.grammar.ir import (
+    CharClass, Choice, Expr, Literal, Repeat, RuleRef, Sequence, TokenSet, iter_rule_refs,
+)
 
 __all__ = ["is_nullable", "is_productive", "least_fixpoint"]
 
@@ -39,6 +45,8 @@ def _derives(expr: Expr, rules: Set[str], empty_only: bool) -> bool:
         return not (empty_only and expr.data)
     if isinstance(expr, CharClass):
         return not empty_only and not _matches_no_code_point(expr)
+    if isinstance(expr, TokenSet):
+        return not empty_only
     if isinstance(expr, RuleRef):
         return expr.name in rules
     if isinstance(expr, Sequence):

@@ -6,10 +6,11 @@ In:  a structural tag as a JSON text, a dict, an XGrammar pydantic ``StructuralT
      ``(tags, triggers)`` pair (``tags``: ``StructuralTagItem`` objects — this module's,
      XGrammar's pydantic ones, or dicts ``{"begin", "schema", "end"}``).
 Out: ``parse_structural_tag(...) -> StructuralTag``, plain frozen dataclasses, one per format
-     type; ``structural_tag_to_grammar(...) -> Grammar`` runs the reader then
-     ``gxg.grammar.structural_tag_emission`` (the grammar writer). Any invalid input is a
-     ``GrammarError`` whose message starts with the JSON path of the culprit, e.g.
-     ``$.format.tags[1].begin: ...``; never another exception.
+     type; ``structural_tag_to_grammar(..., tokenizer_info=None) -> Grammar`` runs the reader
+     then ``gxg.grammar.structural_tag_emission`` (the grammar writer), which needs
+     ``tokenizer_info`` (a ``gxg.tokenizer.TokenizerInfo``) only for tokens given as strings.
+     Any invalid input is a ``GrammarError`` whose message starts with the JSON path of the
+     culprit, e.g. ``$.format.tags[1].begin: ...``; never another exception.
 
 What is read is XGrammar 0.2.8's C++ reader (``cpp/structural_tag.cc``; its pydantic models in
 ``python/xgrammar/structural_tag.py`` give the same names and defaults):
@@ -25,12 +26,12 @@ What is read is XGrammar 0.2.8's C++ reader (``cpp/structural_tag.cc``; its pyda
 Deliberate differences from XGrammar's reader: a field of the wrong type is an error (XGrammar
 ignores a non-string ``style``); a trigger that no tag uses is an error (XGrammar stops on an
 internal check); an empty dispatch pattern is an error (XGrammar accepts it and builds a
-degenerate automaton). The formats gxg cannot express yet are refused with a GrammarError that
-names them (see ``gxg.grammar.structural_tag_emission``): the token-level formats (``token``,
-``exclude_token``, ``any_tokens``, ``token_triggered_tags``, ``token_dispatch``, a tag whose
-begin or end is a token, ``any_text.max_tokens`` other than 0), and the XML style
-``cohere_xml`` of ``json_schema`` (the other XML styles and ``excludes``:
-``gxg.grammar.json_schema_xml``).
+degenerate automaton). Tokens (``token``, the token lists of ``exclude_token``, ``any_tokens``,
+``token_triggered_tags`` and ``token_dispatch``) are read as given, an id or a string; the
+writer resolves strings. What gxg cannot express yet is refused with a GrammarError that names
+it (see ``gxg.grammar.structural_tag_emission``): ``max_tokens`` other than 0 on ``any_text`` and
+``any_tokens`` (a token budget, XGrammar's rule attribute), and what the XML styles of
+``json_schema`` refuse (``gxg.grammar.json_schema_xml``).
 """
 from __future__ import annotations
 
@@ -408,10 +409,12 @@ def structural_tag_key(*args, **kwargs) -> str:
     return parse_structural_tag(*args, **kwargs).key
 
 
-def structural_tag_to_grammar(*args, **kwargs) -> Grammar:
-    """The Grammar of a structural tag (root rule ``root``)."""
+def structural_tag_to_grammar(*args, tokenizer_info=None, **kwargs) -> Grammar:
+    """The Grammar of a structural tag (root rule ``root``); ``tokenizer_info`` resolves the
+    tokens given as strings (without it they are a GrammarError, as in XGrammar's
+    ``Grammar.from_structural_tag``)."""
     from gxg.grammar.structural_tag_emission import emit_structural_tag
-    return emit_structural_tag(parse_structural_tag(*args, **kwargs))
+    return emit_structural_tag(parse_structural_tag(*args, **kwargs), tokenizer_info)
 
 
 MAX_FORMAT_DEPTH = 200
@@ -744,7 +747,7 @@ class _Reader:
         return self._done(fmt, obj, {"rules": [[p, json.loads(f.key)] for p, f in rules],
                                      "loop": loop, "excludes": list(excludes)})
 
-    # -- token-level formats: read (so that bad input is reported as such), refused later
+    # -- token-level formats: tokens are ids or strings, which the writer resolves
     def _token_format(self, obj, path):
         self._object(obj, path, "a token format")
         if "type" in obj and obj["type"] != "token":

@@ -1,14 +1,18 @@
 """Structural tag -> Grammar IR: the grammar writer of ``gxg.grammar.structural_tag``.
 
-In:  a ``StructuralTag`` as ``gxg.grammar.structural_tag`` read it.
-Out: ``emit_structural_tag(tag) -> Grammar`` (root rule ``root``), or a ``GrammarError`` whose
-     message starts with the JSON path of the format that cannot be written.
+In:  a ``StructuralTag`` as ``gxg.grammar.structural_tag`` read it, and optionally the
+     ``gxg.tokenizer.TokenizerInfo`` of the vocabulary (anything with ``decoded_vocab``), which
+     only tokens given as strings need.
+Out: ``emit_structural_tag(tag, tokenizer_info=None) -> Grammar`` (root rule ``root``), or a
+     ``GrammarError`` whose message starts with the JSON path of the format that cannot be
+     written.
 
 The grammar is XGrammar 0.2.8's (``StructuralTagGrammarConverter`` in its
 ``cpp/structural_tag.cc``), built from gxg's own front ends: sub-grammars from
 ``Grammar.from_json_schema`` / ``from_ebnf`` / ``from_regex`` (their rules renamed apart), free
-text from the ``TagDispatch`` macro of ``gxg.grammar.macros``, the rest as plain IR. Format by
-format:
+text from the ``TagDispatch`` macro of ``gxg.grammar.macros`` (free tokens from its
+``TokenTagDispatch`` lowering), the rest as plain IR with ``TokenSet`` leaves for tokens. Format
+by format:
 
 * ``const_string``: the string (``""`` allowed).
 * ``json_schema``: ``json_schema_to_grammar(schema, any_whitespace=True, strict_mode=True,
@@ -20,27 +24,49 @@ format:
   exclude occurs (``TagDispatch(excludes=...)``: the enclosing tag's end then follows at the
   first place it can). An empty exclude leaves only the empty text (as XGrammar).
   ``max_chars``: at most that many code points (the free-text automaton intersected with a
-  length bound). ``max_tokens=0``: the empty text.
+  length bound). ``max_tokens=0``: the empty text. When the nearest enclosing tag ends with a
+  token instead, no end is added here: XGrammar adds string ends to string-level formats and
+  end tokens to token-level ones only.
+* Tokens: a token given as an id is that id (the compiler checks it against the vocabulary); a
+  string is the id of the first (lowest-id) token whose decoded bytes are its UTF-8 bytes, as
+  XGrammar resolves it (``"\n"`` is ``Ċ`` in a byte-level vocabulary); a string that no token
+  decodes to, or any string without ``tokenizer_info``, is a GrammarError. (XGrammar 0.2.8
+  leaves token strings inside a ``repeat`` unresolved and then fails with "Token id -1 in the
+  grammar is out of the vocabulary range"; gxg resolves them wherever they stand.)
+* ``token``: ``Token(id)``. ``exclude_token``: ``ExcludeToken(ids)``, the enclosing tag's end
+  token (when it ends with one) added to the ids. ``any_tokens``: ``ExcludeToken(ids)*``, the
+  end token added the same way; ``max_tokens=0``: the empty sequence.
 * ``sequence`` / ``or``: concatenation / choice of the elements.
-* ``tag``: ``begin content end``; several ends are alternatives. Content that is "unlimited"
-  (any_text, triggered_tags, dispatch, tags_with_separator, star, plus, an unbounded repeat, and
-  sequences / ors / optionals / repeats of such that are not excluded) needs a non-empty end
-  string unless the content has excludes (XGrammar's rule).
-* ``triggered_tags``: each tag must start with exactly one trigger. Free text (with the
-  format's excludes and the enclosing tag's ends excluded) in which a trigger dispatches to
-  "rest of the begin, content, end" of one of that trigger's tags; after it, free text again,
-  or the end (``stop_after_first``). ``at_least_one``: one whole tag first (no text before
-  it), then the same free text. Both: exactly one tag.
+* ``tag``: ``begin content end``; several ends are alternatives; a begin or end given as a
+  ``token`` format is ``Token(id)``. Content that is "unlimited" (any_text, any_tokens,
+  triggered_tags, token_triggered_tags, dispatch, token_dispatch, tags_with_separator, star,
+  plus, an unbounded repeat, and sequences / ors / optionals / repeats of such that are not
+  excluded) needs a non-empty end string unless the content has excludes or the end is a token
+  (XGrammar's rule).
+* ``triggered_tags``: each tag must begin with a string that starts with exactly one trigger.
+  Free text (with the format's excludes and the enclosing tag's end strings excluded) in which
+  a trigger dispatches to "rest of the begin, content, end" of one of that trigger's tags;
+  after it, free text again, or the end (``stop_after_first``). ``at_least_one``: one whole
+  tag first (no text before it), then the same free text. Both: exactly one tag.
+* ``token_triggered_tags``: the same over tokens: each tag must begin with a token that is
+  exactly one of the triggers; free tokens (``TokenTagDispatch``'s, with the format's
+  exclude tokens and the enclosing tag's end token excluded) in which a trigger token
+  dispatches to "content, end" of one of its tags. An exclude that is also a trigger (e.g.
+  the enclosing tag's end token) still dispatches, as in XGrammar.
 * ``tags_with_separator``: ``tag (separator tag)*`` or nothing (not with ``at_least_one``);
   ``stop_after_first``: one tag (or nothing).
 * ``optional`` / ``plus`` / ``star`` / ``repeat`` (``max=-1``: unbounded): as their names say.
 * ``dispatch``: ``TagDispatch((pattern, content), ..., loop_after_dispatch=loop,
-  excludes=excludes)`` (no end strings added: XGrammar adds none).
+  excludes=excludes)`` (no end strings added: XGrammar adds none). ``token_dispatch``: the
+  ``TokenTagDispatch`` lowering with its own exclude tokens (no end token added, likewise).
 
-Refused (GrammarError naming the format): the token-level formats (``token``,
-``exclude_token``, ``any_tokens``, ``token_triggered_tags``, ``token_dispatch``, a tag whose
-begin or end is a token format, ``any_text`` with ``max_tokens`` > 0) — gxg grammars have no
-token-level items yet; ``json_schema`` with the style ``cohere_xml`` (recursive XML bodies),
+XGrammar's printout of a token-level format differs from gxg's in spelling only:
+``any_tokens ::= "" | any_tokens_inner any_tokens`` with ``any_tokens_inner ::=
+ExcludeToken(...)`` is gxg's ``any_tokens ::= ExcludeToken(...)*``, and XGrammar's
+``TokenTagDispatch(...)`` expression is gxg's lowering of it (``gxg.grammar.macros``).
+
+Refused (GrammarError naming the format): ``max_tokens`` > 0 on ``any_text`` or ``any_tokens``
+(a token budget: XGrammar's rule attribute ``[max_tokens=n]``, which gxg does not support yet),
 and what ``gxg.grammar.json_schema_xml`` refuses.
 
 Where XGrammar would build a TagDispatch whose exclude is a prefix of a trigger (the trigger can
@@ -49,19 +75,21 @@ same language (gxg's macro refuses such a call outright).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence as Seq, Set, Tuple
+from typing import Dict, List, Optional, Sequence as Seq, Set, Tuple, Union
 
 from gxg.grammar.code_point_dfa import (
     DEFAULT_MAX_STATES, dfa_from_expr, dfa_to_expr, intersect, length_between,
 )
 from gxg.grammar.combine import rename_refs
 from gxg.grammar.json_schema import json_schema_to_grammar
-from gxg.grammar.json_schema_xml import REFUSED_STYLES as XML_REFUSED_STYLES, xml_schema_to_grammar
+from gxg.grammar.json_schema_xml import xml_schema_to_grammar
 from gxg.grammar.ir import (
     EMPTY, MAX_CODE_POINT, CharClass, Choice, Expr, Grammar, GrammarError, Literal, Repeat, Rule,
-    RuleRef, Sequence,
+    RuleRef, Sequence, TokenSet,
 )
-from gxg.grammar.macros import MacroCall, MacroError, MacroKeyword, MacroValue, expand_macro
+from gxg.grammar.macros import (
+    MacroCall, MacroError, MacroKeyword, MacroValue, expand_macro, token_tag_dispatch_expr,
+)
 from gxg.grammar.structural_tag import (
     AnyTextFormat, AnyTokensFormat, ConstStringFormat, DispatchFormat, ExcludeTokenFormat,
     Format, GrammarFormat, JSONSchemaFormat, OptionalFormat, OrFormat, PlusFormat, RegexFormat,
@@ -77,21 +105,36 @@ ANY_CHAR = CharClass(((0, MAX_CODE_POINT),))
 MAX_CHARS_STATES = 50_000
 
 
-def emit_structural_tag(tag: StructuralTag) -> Grammar:
-    return _Emitter().grammar(tag)
+def emit_structural_tag(tag: StructuralTag, tokenizer_info=None) -> Grammar:
+    return _Emitter(tokenizer_info).grammar(tag)
 
 
 def _fail(path: str, message: str) -> GrammarError:
     return GrammarError(f"{path}: {message}")
 
 
-def _token_level(fmt, what: str) -> GrammarError:
-    return _fail(fmt.path, f"{what} is a token-level format; token-level formats are not "
-                           "supported by gxg yet")
+def _token_budget(path: str, what: str) -> GrammarError:
+    return _fail(path, f"{what} with max_tokens > 0 is a token budget (XGrammar's rule "
+                       "attribute [max_tokens=n]), which gxg does not support yet")
 
 
 def _lit(text: str) -> Literal:
     return Literal(text.encode("utf-8"))
+
+
+# What closes the nearest enclosing tag, as ``visit`` passes it down: its end strings, or its
+# end token's id (one int). A tag has one kind of end, so the tuple holds one kind.
+Ends = Tuple[Union[str, int], ...]
+
+
+def _end_strings(ends: Ends) -> List[str]:
+    """The non-empty end strings: what string-level free text excludes."""
+    return [end for end in ends if isinstance(end, str) and end]
+
+
+def _end_tokens(ends: Ends) -> List[int]:
+    """The end token: what token-level free tokens exclude."""
+    return [end for end in ends if isinstance(end, int)]
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -125,10 +168,12 @@ def _is_unlimited(fmt: Format) -> bool:
 
 
 class _Emitter:
-    def __init__(self):
+    def __init__(self, tokenizer_info=None):
         self.rules: List[Rule] = []
         self.used: Set[str] = {"root"}
-        self.memo: Dict[Tuple[str, Tuple[str, ...]], str] = {}
+        self.memo: Dict[Tuple[str, Ends], str] = {}
+        self.tokenizer_info = tokenizer_info
+        self.token_ids: Optional[Dict[bytes, int]] = None   # decoded bytes -> first id, lazily
 
     # -- rules
     def fresh(self, hint: str) -> str:
@@ -188,9 +233,38 @@ class _Emitter:
         root = Rule("root", RuleRef(top))
         return Grammar((*self.rules, root), "root")
 
-    def visit(self, fmt: Format, ends: Tuple[str, ...]) -> str:
-        """The name of a rule for ``fmt``; ``ends``: the end strings of the nearest enclosing
-        tag (what any_text and triggered_tags exclude)."""
+    # -- tokens
+    def token_id(self, token: Union[int, str], path: str) -> int:
+        """The id of a token given as an id or as its text (see the module docstring)."""
+        if isinstance(token, int):
+            return token
+        if self.tokenizer_info is None:
+            raise _fail(path, f"the token string {token!r} needs a tokenizer to be resolved to "
+                              "a token id (XGrammar: \"Token string resolution requires "
+                              "tokenizer_info\"); pass tokenizer_info or give the token id")
+        if self.token_ids is None:
+            self.token_ids = {}
+            for token_id, data in enumerate(self.tokenizer_info.decoded_vocab):
+                self.token_ids.setdefault(data, token_id)
+        found = self.token_ids.get(token.encode("utf-8"))
+        if found is None:
+            raise _fail(path, f"the token string {token!r} is not in the vocabulary: no token "
+                              "decodes to it")
+        return found
+
+    def token_of(self, fmt: TokenFormat) -> int:
+        """The id of a ``token`` format's token."""
+        return self.token_id(fmt.token, f"{fmt.path}.token")
+
+    def token_ids_of(self, fmt, field: str) -> List[int]:
+        """The ids of the token list ``field`` of ``fmt``."""
+        return [self.token_id(token, f"{fmt.path}.{field}[{i}]")
+                for i, token in enumerate(getattr(fmt, field))]
+
+    def visit(self, fmt: Format, ends: Ends) -> str:
+        """The name of a rule for ``fmt``; ``ends``: the end strings or the end token of the
+        nearest enclosing tag (what any_text, triggered_tags and the token-level free formats
+        exclude)."""
         key = (fmt.key, ends)
         name = self.memo.get(key)
         if name is None:
@@ -203,9 +277,6 @@ class _Emitter:
         return self.add("const_string", _lit(fmt.value))
 
     def _JSONSchemaFormat(self, fmt: JSONSchemaFormat, ends) -> str:
-        if fmt.style in XML_REFUSED_STYLES:
-            raise _fail(f"{fmt.path}.style", f"json_schema with style {fmt.style!r} (recursive XML "
-                        "bodies) is not supported by gxg yet")
         if fmt.style != "json":
             for i, exclude in enumerate(fmt.excludes):
                 if exclude[0] in " \t\n\r" or exclude[-1] in " \t\n\r":
@@ -242,9 +313,8 @@ class _Emitter:
 
     def _AnyTextFormat(self, fmt: AnyTextFormat, ends) -> str:
         if fmt.max_tokens is not None and fmt.max_tokens > 0:
-            raise _fail(f"{fmt.path}.max_tokens", "any_text with max_tokens is a token-level "
-                        "budget; token-level formats are not supported by gxg yet")
-        excludes = list(fmt.excludes) + [end for end in ends if end]
+            raise _token_budget(f"{fmt.path}.max_tokens", "any_text")
+        excludes = list(fmt.excludes) + _end_strings(ends)
         if fmt.max_tokens == 0 or "" in excludes:
             return self.add("any_text", EMPTY)   # nothing, or every text holds ""
         if not excludes:
@@ -293,55 +363,92 @@ class _Emitter:
         refs = [RuleRef(self.visit(e, ends)) for e in fmt.elements]
         return self.add("or", Choice(tuple(refs)))
 
+    def _begin_expr(self, tag: TagFormat) -> Expr:
+        if isinstance(tag.begin, TokenFormat):
+            return TokenSet((self.token_of(tag.begin),))
+        return _lit(tag.begin)
+
     def _end_expr(self, tag: TagFormat) -> Expr:
         if isinstance(tag.end, TokenFormat):
-            raise _token_level(tag.end, "a tag end given as a token")
+            return TokenSet(self._tag_ends(tag))
         if len(tag.end) == 1:
             return _lit(tag.end[0])
         return RuleRef(self.add("tag_end", Choice(tuple(_lit(e) for e in tag.end))))
 
-    @staticmethod
-    def _tag_ends(tag: TagFormat) -> Tuple[str, ...]:
-        return () if isinstance(tag.end, TokenFormat) else tag.end
+    def _tag_ends(self, tag: TagFormat) -> Ends:
+        if isinstance(tag.end, TokenFormat):
+            return (self.token_of(tag.end),)
+        return tag.end
 
     def _check_tag(self, tag: TagFormat) -> None:
-        if isinstance(tag.begin, TokenFormat):
-            raise _token_level(tag.begin, "a tag begin given as a token")
-        if isinstance(tag.end, TokenFormat):
-            raise _token_level(tag.end, "a tag end given as a token")
-        if _is_unlimited(tag.content) and not any(tag.end) and not _is_excluded(tag.content):
+        if isinstance(tag.end, tuple) and not any(tag.end) and _is_unlimited(tag.content) \
+                and not _is_excluded(tag.content):
             raise _fail(f"{tag.path}.end", "when the content is unlimited, at least one end "
                         "string must be non-empty")
 
     def _TagFormat(self, fmt: TagFormat, ends) -> str:
         self._check_tag(fmt)
         content = self.visit(fmt.content, self._tag_ends(fmt))
-        end = self._end_expr(fmt)
-        return self.add("tag", Sequence((_lit(fmt.begin), RuleRef(content), end)))
+        return self.add("tag", Sequence((self._begin_expr(fmt), RuleRef(content),
+                                         self._end_expr(fmt))))
 
     def _whole_tags(self, tags: Seq[TagFormat], contents: Seq[str]) -> Expr:
-        return Choice(tuple(Sequence((_lit(tag.begin), RuleRef(content), self._end_expr(tag)))
+        return Choice(tuple(Sequence((self._begin_expr(tag), RuleRef(content),
+                                      self._end_expr(tag)))
                             for tag, content in zip(tags, contents)))
 
-    def _TriggeredTagsFormat(self, fmt: TriggeredTagsFormat, ends) -> str:
-        groups: List[List[int]] = [[] for _ in fmt.triggers]
+    def _group_tags(self, fmt, triggers: Seq, begin_of,
+                    begins) -> Tuple[List[List[int]], List[str]]:
+        """For (token_)triggered_tags: the tags (indices) of each trigger, and each tag's
+        content rule. ``begin_of(tag)``: the tag's begin in the triggers' terms (text or token
+        id); ``begins(begin, trigger)``: whether the trigger begins it. Each tag needs exactly
+        one trigger, and each trigger a tag."""
+        groups: List[List[int]] = [[] for _ in triggers]
         contents: List[str] = []
         for i, tag in enumerate(fmt.tags):
             self._check_tag(tag)
-            matched = [j for j, trigger in enumerate(fmt.triggers)
-                       if tag.begin.startswith(trigger)]
+            begin = begin_of(tag)
+            matched = [j for j, trigger in enumerate(triggers) if begins(begin, trigger)]
             if not matched:
-                raise _fail(f"{tag.path}.begin", f"the tag begin {tag.begin!r} starts with none "
-                            f"of the triggers {list(fmt.triggers)}")
+                raise _fail(f"{tag.path}.begin", f"the tag begin {begin!r} matches none of the "
+                            f"triggers {list(triggers)}")
             if len(matched) > 1:
-                raise _fail(f"{tag.path}.begin", f"the tag begin {tag.begin!r} starts with "
-                            f"several triggers: {[fmt.triggers[j] for j in matched]}")
+                raise _fail(f"{tag.path}.begin", f"the tag begin {begin!r} matches several "
+                            f"triggers: {[triggers[j] for j in matched]}")
             groups[matched[0]].append(i)
             contents.append(self.visit(tag.content, self._tag_ends(tag)))
+        field = "triggers" if isinstance(fmt, TriggeredTagsFormat) else "trigger_tokens"
         for j, members in enumerate(groups):
             if not members:
-                raise _fail(f"{fmt.path}.triggers[{j}]", f"the trigger {fmt.triggers[j]!r} "
-                            "begins none of the tags")
+                raise _fail(f"{fmt.path}.{field}[{j}]", f"the trigger {triggers[j]!r} begins "
+                            "none of the tags")
+        return groups, contents
+
+    @staticmethod
+    def _string_begin(tag: TagFormat) -> str:
+        if isinstance(tag.begin, TokenFormat):
+            raise _fail(f"{tag.path}.begin", "tags in triggered_tags must have a string begin, "
+                        "not a token format")
+        return tag.begin
+
+    def _token_begin(self, tag: TagFormat) -> int:
+        if not isinstance(tag.begin, TokenFormat):
+            raise _fail(f"{tag.path}.begin", "tags in token_triggered_tags must have a token "
+                        "format begin, not a string")
+        return self.token_of(tag.begin)
+
+    def _triggered(self, fmt, contents: Seq[str], free: Expr) -> str:
+        """The rule of a (token_)triggered_tags format whose free part with dispatch is
+        ``free``; ``at_least_one``: one whole tag before it."""
+        if fmt.at_least_one:
+            first = self.add(f"{fmt.type}_first", self._whole_tags(fmt.tags, contents))
+            sub = self.add(f"{fmt.type}_sub", free)
+            free = Sequence((RuleRef(first), RuleRef(sub)))
+        return self.add(fmt.type, free)
+
+    def _TriggeredTagsFormat(self, fmt: TriggeredTagsFormat, ends) -> str:
+        groups, contents = self._group_tags(fmt, fmt.triggers, self._string_begin,
+                                            str.startswith)
         if fmt.at_least_one and fmt.stop_after_first:
             return self.add("triggered_tags", self._whole_tags(fmt.tags, contents))
         pairs = []
@@ -351,13 +458,23 @@ class _Emitter:
                           self._end_expr(fmt.tags[i])))
                 for i in members))
             pairs.append((trigger, self.add("triggered_tags_group", body)))
-        excludes = list(fmt.excludes) + [end for end in ends if end]
+        excludes = list(fmt.excludes) + _end_strings(ends)
         expr, _ = self.tag_dispatch(pairs, not fmt.stop_after_first, excludes, fmt.path)
-        if fmt.at_least_one:
-            first = self.add("triggered_tags_first", self._whole_tags(fmt.tags, contents))
-            sub = self.add("triggered_tags_sub", expr)
-            expr = Sequence((RuleRef(first), RuleRef(sub)))
-        return self.add("triggered_tags", expr)
+        return self._triggered(fmt, contents, expr)
+
+    def _TokenTriggeredTagsFormat(self, fmt: TokenTriggeredTagsFormat, ends) -> str:
+        triggers = self.token_ids_of(fmt, "trigger_tokens")
+        groups, contents = self._group_tags(fmt, triggers, self._token_begin, int.__eq__)
+        if fmt.at_least_one and fmt.stop_after_first:
+            return self.add("token_triggered_tags", self._whole_tags(fmt.tags, contents))
+        pairs = []
+        for trigger, members in zip(triggers, groups):
+            body = Choice(tuple(Sequence((RuleRef(contents[i]), self._end_expr(fmt.tags[i])))
+                                for i in members))
+            pairs.append((trigger, RuleRef(self.add("token_triggered_tags_group", body))))
+        excludes = self.token_ids_of(fmt, "exclude_tokens") + _end_tokens(ends)
+        expr = token_tag_dispatch_expr(pairs, not fmt.stop_after_first, excludes)
+        return self._triggered(fmt, contents, expr)
 
     def _TagsWithSeparatorFormat(self, fmt: TagsWithSeparatorFormat, ends) -> str:
         refs = tuple(RuleRef(self.visit(tag, ends)) for tag in fmt.tags)
@@ -391,17 +508,25 @@ class _Emitter:
         return self.add("tag_dispatch", expr)
 
     # -- token-level formats
-    def _TokenFormat(self, fmt, ends) -> str:
-        raise _token_level(fmt, "the format 'token'")
+    def _TokenFormat(self, fmt: TokenFormat, ends) -> str:
+        return self.add("token", TokenSet((self.token_of(fmt),)))
 
     def _ExcludeTokenFormat(self, fmt: ExcludeTokenFormat, ends) -> str:
-        raise _token_level(fmt, "the format 'exclude_token'")
+        excludes = self.token_ids_of(fmt, "exclude_tokens") + _end_tokens(ends)
+        return self.add("exclude_token", TokenSet(tuple(excludes), negated=True))
 
     def _AnyTokensFormat(self, fmt: AnyTokensFormat, ends) -> str:
-        raise _token_level(fmt, "the format 'any_tokens'")
-
-    def _TokenTriggeredTagsFormat(self, fmt: TokenTriggeredTagsFormat, ends) -> str:
-        raise _token_level(fmt, "the format 'token_triggered_tags'")
+        if fmt.max_tokens is not None and fmt.max_tokens > 0:
+            raise _token_budget(f"{fmt.path}.max_tokens", "any_tokens")
+        excludes = self.token_ids_of(fmt, "exclude_tokens") + _end_tokens(ends)
+        if fmt.max_tokens == 0:
+            return self.add("any_tokens", EMPTY)
+        return self.add("any_tokens", Repeat(TokenSet(tuple(excludes), negated=True), 0, None))
 
     def _TokenDispatchFormat(self, fmt: TokenDispatchFormat, ends) -> str:
-        raise _token_level(fmt, "the format 'token_dispatch'")
+        pairs = [(self.token_id(token, f"{fmt.path}.rules[{i}][0]"),
+                  RuleRef(self.visit(content, ends)))
+                 for i, (token, content) in enumerate(fmt.rules)]
+        excludes = self.token_ids_of(fmt, "exclude_tokens")
+        return self.add("token_tag_dispatch",
+                        token_tag_dispatch_expr(pairs, fmt.loop, excludes))

@@ -1,0 +1,259 @@
+"""Token-level grammar items (``Token(...)``, ``ExcludeToken(...)``, ``TokenTagDispatch``) at run
+time: the matcher, the CPU batch ops and the CUDA ops.
+
+Specification (``gxg.compiler.automaton``, token-level items; XGrammar 0.2.8's behaviour):
+* a token item matches one whole token of its set: special, stop and padding ids never (they
+  are not matchable tokens); ``ExcludeToken`` is every matchable token but its ids;
+* a token whose bytes reach a token item part-way is rejected; one that reaches it exactly at
+  its end is allowed; strings (``accept_string``) never match one;
+* a token that both its bytes and a token item accept leaves both stacks.
+Checked against XGrammar 0.2.8 mask for mask and accept for accept along random token walks
+(with rollbacks) over a small vocabulary whose "special-looking" tokens are plain text, as in
+real tokenizers' added tokens; the CPU batch against one matcher per slot; the CUDA ops against
+the CPU ops (marked gpu), eagerly and replayed from a CUDA graph; token budgets (a token move
+counts as one token) against a hand-derived table.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from batch_states import (accept_against_matchers, capture_accept_then_fill,
+                          check_masks_against_matchers, compare_states, run_with_rollbacks)
+from gxg.batch import GrammarBatch
+from gxg.grammar_compiler import GrammarCompiler
+from gxg.matcher import GrammarMatcher, allocate_token_bitmask
+from gxg.runtime import RuntimeLimits
+from gxg.tokenizer import TokenizerInfo, VocabType
+from mask_oracles import mask_to_bool
+from xgrammar_oracle import needs_xgrammar
+
+VOCAB = ["a", "b", "ab", "c", " ", "x", "<tool_call>", "</tool_call>", "{", "}", "y",
+         "1", "<think>", "</think>", "hello", " world", "abc", "</s>"]
+ID = {text: i for i, text in enumerate(VOCAB)}
+STOP = ID["</s>"]
+VOCAB_SIZE = len(VOCAB) + 3  # three padding ids
+
+GRAMMARS = {
+    "token then bytes or any token": 'root ::= "a" Token(6) ("b" | ExcludeToken(1, 2))',
+    "free tokens then a call": (
+        'root ::= ExcludeToken(6, 17)* Token(6) "{" [a-z]* "}" Token(7)'),
+    "think section": 'root ::= Token(12) [^<]* Token(13) "x"',
+    "bytes and token both": 'root ::= Token(0) "x" | "a" "y" | "ab"',
+    "repeated items": 'root ::= item+\nitem ::= Token(14) | Token(15) " "? | ExcludeToken('
+                      + ", ".join(str(i) for i in range(14)) + ', 16) "a"',
+    "token dispatch": ('root ::= TokenTagDispatch((6, call), loop_after_dispatch=true, '
+                       'excludes=(13))\ncall ::= "{" [a-z]* "}" Token(7)'),
+    "token dispatch once": ('root ::= TokenTagDispatch((6, call), (12, think), '
+                            'loop_after_dispatch=false)\ncall ::= "{" "1"+ "}"\n'
+                            'think ::= [a-z ]* Token(13)'),
+}
+
+
+@pytest.fixture(scope="module")
+def info():
+    return TokenizerInfo([t.encode() for t in VOCAB], VocabType.RAW, vocab_size=VOCAB_SIZE,
+                         stop_token_ids=[STOP])
+
+
+@pytest.fixture(scope="module")
+def compiled(info):
+    compiler = GrammarCompiler(info, cache_enabled=False)
+    return {name: compiler.compile_grammar(ebnf) for name, ebnf in GRAMMARS.items()}
+
+
+def mask_of(matcher) -> np.ndarray:
+    bitmask = allocate_token_bitmask(1, VOCAB_SIZE)
+    matcher.fill_next_token_bitmask(bitmask)
+    return mask_to_bool(bitmask[0].numpy(), VOCAB_SIZE)
+
+
+def test_a_token_item_matches_its_tokens_only(compiled):
+    matcher = GrammarMatcher(compiled["token then bytes or any token"])
+    assert np.flatnonzero(mask_of(matcher)).tolist() == [ID["a"]]
+    assert matcher.accept_token(ID["a"])
+    assert np.flatnonzero(mask_of(matcher)).tolist() == [6]
+    assert not matcher.accept_token(ID["</tool_call>"])
+    assert not matcher.accept_string("<tool_call>")   # bytes never match a token item
+    assert matcher.accept_token(6)
+    # "b" by its bytes, or any matchable token but 1 and 2 (not the stop, not padding)
+    assert np.flatnonzero(mask_of(matcher)).tolist() == sorted(
+        set(range(len(VOCAB))) - {1, 2, STOP} | {ID["b"]})
+    assert not matcher.accept_token(ID["ab"])
+    assert matcher.accept_token(ID["abc"]) and matcher.is_completed()
+
+
+def test_a_token_whose_bytes_reach_an_item_part_way_is_rejected(compiled):
+    matcher = GrammarMatcher(compiled["bytes and token both"])
+    # Token(0) is "a" itself, and "a" is the start of "a" "y" and "ab" by its bytes: all three
+    # stacks live on
+    assert matcher.accept_token(ID["a"])
+    assert np.flatnonzero(mask_of(matcher)).tolist() == [ID["b"], ID["x"], ID["y"]]
+    matcher.rollback(1)
+    assert matcher.accept_token(ID["ab"]) and matcher.is_completed()
+    matcher.rollback(1)
+    assert not matcher.accept_token(ID["abc"])  # "ab" then "c": nothing follows "ab"
+
+
+def random_walk(ours, theirs, rng: random.Random, steps: int, on_step) -> None:
+    """Pick allowed tokens at random (sometimes a rejected one, sometimes a rollback); call
+    ``on_step(what)`` after each move."""
+    history = 0
+    for _ in range(steps):
+        allowed = np.flatnonzero(on_step("fill"))
+        if rng.random() < 0.15 and history:
+            count = rng.randint(1, history)
+            ours.rollback(count)
+            theirs.rollback(count)
+            history -= count
+            continue
+        token = int(rng.choice(allowed)) if len(allowed) and rng.random() < 0.9 else \
+            rng.randrange(VOCAB_SIZE)
+        if token >= len(VOCAB):
+            continue  # padding: both engines reject it (XGrammar with a warning)
+        accepted = ours.accept_token(token)
+        assert accepted == theirs.accept_token(token), token
+        history += accepted
+        if ours.is_terminated():
+            return
+
+
+@needs_xgrammar
+@pytest.mark.parametrize("name", list(GRAMMARS))
+@pytest.mark.parametrize("seed", range(4))
+def test_masks_and_accepts_equal_xgrammar(compiled, name, seed):
+    import xgrammar
+    xinfo = xgrammar.TokenizerInfo(VOCAB, xgrammar.VocabType.RAW, vocab_size=VOCAB_SIZE,
+                                   stop_token_ids=[STOP])
+    theirs_compiled = xgrammar.GrammarCompiler(xinfo, cache_enabled=False).compile_grammar(
+        GRAMMARS[name])
+    ours = GrammarMatcher(compiled[name])
+    theirs = xgrammar.GrammarMatcher(theirs_compiled)
+
+    def on_step(what):
+        mine = mask_of(ours)
+        bitmask = xgrammar.allocate_token_bitmask(1, VOCAB_SIZE)
+        theirs.fill_next_token_bitmask(bitmask)
+        np.testing.assert_array_equal(mine, mask_to_bool(bitmask[0].numpy(), VOCAB_SIZE))
+        return mine
+    random_walk(ours, theirs, random.Random(seed), 30, on_step)
+
+
+def random_allowed(rows, rng) -> list:
+    """One random allowed token per row (0 where none is)."""
+    return [int(rng.choice(np.flatnonzero(mask_to_bool(row, VOCAB_SIZE)).tolist() or [0]))
+            for row in rows]
+
+
+def test_cpu_batch_equals_one_matcher_per_slot(info, compiled):
+    grammars = list(compiled.values())
+    b = len(grammars)
+    batch = GrammarBatch(info, device="cpu", max_batch=b)
+    matchers = [GrammarMatcher(grammars[slot]) for slot in range(b)]
+    for slot in range(b):
+        batch.bind(slot, grammars[slot])
+    rng = random.Random(5)
+    bitmask = torch.zeros((b, (VOCAB_SIZE + 31) // 32), dtype=torch.int32)
+    for step in range(40):
+        batch.fill_next_token_bitmask(bitmask)
+        check_masks_against_matchers(bitmask, matchers, VOCAB_SIZE, f"step {step}")
+        accept_against_matchers(batch, matchers, random_allowed(bitmask.numpy(), rng))
+
+
+# "free tokens then a call": ExcludeToken(6, 17)* Token(6) "{" [a-z]* "}" Token(7). A token
+# move counts one (a token has at least one byte), so from the start the output needs 4 more
+# tokens; a token fits when at most remaining - 1 are needed after it.
+FREE = sorted(set(range(len(VOCAB))) - {6, STOP})
+LETTERS = [ID[t] for t in ("a", "b", "ab", "c", "x", "y", "hello", "abc")]
+BUDGET_CASES = [  # (tokens taken, remaining, allowed after the budget)
+    ((), 6, sorted(FREE + [6])),
+    ((), 5, sorted(FREE + [6])),
+    ((), 4, [6]),                          # only the trigger leaves 3
+    ((), 3, sorted(FREE + [6])),                 # no completion fits: the row stays as it was
+    ((0, 14), 4, [6]),
+    ((6,), 3, [ID["{"]]),
+    ((6, ID["{"]), 3, sorted(LETTERS + [ID["}"]])),
+    ((6, ID["{"]), 2, [ID["}"]]),          # a letter would leave 2 to go
+    ((6, ID["{"], ID["a"], ID["}"]), 1, [7]),
+]
+
+
+@pytest.mark.parametrize("taken, remaining, expected", BUDGET_CASES)
+def test_token_budgets_count_a_token_move_as_one_token(compiled, taken, remaining, expected):
+    matcher = GrammarMatcher(compiled["free tokens then a call"])
+    for token in taken:
+        assert matcher.accept_token(token)
+    bitmask = allocate_token_bitmask(1, VOCAB_SIZE)
+    matcher.fill_next_token_bitmask(bitmask, remaining_tokens=remaining)
+    assert np.flatnonzero(mask_to_bool(bitmask[0].numpy(), VOCAB_SIZE)).tolist() == expected
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_token_budgets_equal_the_cpu_ops(info, compiled):
+    rows = {}
+    for device in ("cpu", "cuda"):
+        batch = GrammarBatch(info, device=device, max_batch=len(BUDGET_CASES))
+        taken = torch.zeros((len(BUDGET_CASES), 4), dtype=torch.int64)
+        for slot, (prefix, _, _) in enumerate(BUDGET_CASES):
+            batch.bind(slot, compiled["free tokens then a call"])
+            taken[slot, :len(prefix)] = torch.tensor(prefix, dtype=torch.int64)
+        lengths = torch.tensor([len(prefix) for prefix, _, _ in BUDGET_CASES])
+        batch.accept_tokens(taken.to(device), lengths.to(device))
+        for slot, (_, remaining, _) in enumerate(BUDGET_CASES):
+            batch.set_token_budget(slot, remaining)
+        bitmask = torch.zeros((len(BUDGET_CASES), (VOCAB_SIZE + 31) // 32), dtype=torch.int32,
+                              device=device)
+        rows[device] = batch.fill_next_token_bitmask(bitmask).cpu().numpy()
+    np.testing.assert_array_equal(rows["cpu"], rows["cuda"])
+    for slot, (_, _, expected) in enumerate(BUDGET_CASES):
+        assert np.flatnonzero(mask_to_bool(rows["cpu"][slot], VOCAB_SIZE)).tolist() == expected
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cuda_ops_equal_the_cpu_ops(info, compiled, seed):
+    grammars = list(compiled.values())
+    batches = [GrammarBatch(info, device=d, max_batch=9, limits=RuntimeLimits(history=8))
+               for d in ("cpu", "cuda")]
+    logs = [[], []]
+
+    def recorder(log):
+        return lambda what, bitmask: log.append((what, bitmask.cpu().numpy().copy()))
+    for i, batch in enumerate(batches):
+        run_with_rollbacks(batch, grammars, 40, seed, random_allowed, recorder(logs[i]))
+    for step, ((what, m0), (_, m1)) in enumerate(zip(*logs)):
+        np.testing.assert_array_equal(m0, m1, err_msg=f"{what} {step}")
+    compare_states(*batches, where="end")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_graph_replays_equal_the_cpu_ops(info, compiled):
+    """accept + fill captured once, replayed with each step's tokens (chosen from the CPU
+    batch's masks): the same masks and states as the CPU batch."""
+    grammars = list(compiled.values())
+    b, words = len(grammars), (VOCAB_SIZE + 31) // 32
+    cpu = GrammarBatch(info, device="cpu", max_batch=b)
+    gpu = GrammarBatch(info, device="cuda", max_batch=b, eager_graphs=False)
+    warm = GrammarBatch(info, device="cuda", max_batch=b, eager_graphs=False)
+    for batch in (cpu, gpu, warm):
+        for slot in range(b):
+            batch.bind(slot, grammars[slot])
+    tokens = torch.zeros(b, dtype=torch.int64, device="cuda")
+    bitmask = torch.zeros((b, words), dtype=torch.int32, device="cuda")
+    graph = capture_accept_then_fill(gpu, warm, tokens, bitmask)
+    rng = random.Random(3)
+    cpu_mask = torch.zeros((b, words), dtype=torch.int32)
+    for step in range(40):
+        cpu.fill_next_token_bitmask(cpu_mask)
+        np.testing.assert_array_equal(bitmask.cpu().numpy(), cpu_mask.numpy(), err_msg=str(step))
+        chosen = random_allowed(cpu_mask.numpy(), rng)
+        cpu.accept(torch.tensor(chosen))
+        tokens.copy_(torch.tensor(chosen))
+        graph.replay()
+    compare_states(cpu, gpu, where="after the replays")
