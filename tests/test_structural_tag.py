@@ -413,8 +413,6 @@ def test_masks_equal_xgrammar_along_random_walks():
 TOKEN_BUDGETS = [
     pytest.param({"type": "sequence", "elements": [X, any_text(max_tokens=5)]},
                  "$.format.elements[1].max_tokens", id="any_text-max_tokens"),
-    pytest.param({"type": "any_tokens", "max_tokens": 3}, "$.format.max_tokens",
-                 id="any_tokens-max_tokens"),
 ]
 
 

@@ -142,6 +142,45 @@ def test_masks_and_accepts_equal_xgrammar(compiled, name, seed):
     random_walk(ours, theirs, random.Random(seed), 30, on_step)
 
 
+BUDGETED_TOKENS = [  # structural tags whose any_tokens region has a token budget
+    {"type": "any_tokens", "exclude_tokens": [4], "max_tokens": 2},
+    {"type": "sequence", "elements": [
+        {"type": "tag", "begin": {"type": "token", "token": 12},
+         "content": {"type": "any_tokens", "max_tokens": 3},
+         "end": {"type": "token", "token": 13}},
+        {"type": "const_string", "value": "x"}]},
+]
+
+
+@needs_xgrammar
+@pytest.mark.parametrize("fmt", BUDGETED_TOKENS)
+@pytest.mark.parametrize("seed", range(3))
+def test_token_budgeted_regions_equal_xgrammar(info, fmt, seed):
+    """any_tokens with max_tokens: XGrammar's masks stop the region after that many tokens,
+    as gxg's bounded repetition does (XGrammar's accept_token does not enforce the budget, so
+    the walk takes only allowed tokens)."""
+    import json
+    import xgrammar
+    tag = json.dumps({"type": "structural_tag", "format": fmt})
+    xinfo = xgrammar.TokenizerInfo(VOCAB, xgrammar.VocabType.RAW, vocab_size=VOCAB_SIZE,
+                                   stop_token_ids=[STOP])
+    ours = GrammarMatcher(GrammarCompiler(info, cache_enabled=False).compile_structural_tag(tag))
+    theirs = xgrammar.GrammarMatcher(
+        xgrammar.GrammarCompiler(xinfo, cache_enabled=False).compile_structural_tag(tag))
+    rng = random.Random(seed)
+    for step in range(8):
+        mine = mask_of(ours)
+        bitmask = xgrammar.allocate_token_bitmask(1, VOCAB_SIZE)
+        theirs.fill_next_token_bitmask(bitmask)
+        np.testing.assert_array_equal(mine, mask_to_bool(bitmask[0].numpy(), VOCAB_SIZE),
+                                      err_msg=str(step))
+        token = int(rng.choice(np.flatnonzero(mine)))
+        assert ours.accept_token(token) and theirs.accept_token(token)
+        if ours.is_terminated():
+            assert theirs.is_terminated()
+            break
+
+
 def random_allowed(rows, rng) -> list:
     """One random allowed token per row (0 where none is)."""
     return [int(rng.choice(np.flatnonzero(mask_to_bool(row, VOCAB_SIZE)).tolist() or [0]))

@@ -35,7 +35,9 @@ by format:
   grammar is out of the vocabulary range"; gxg resolves them wherever they stand.)
 * ``token``: ``Token(id)``. ``exclude_token``: ``ExcludeToken(ids)``, the enclosing tag's end
   token (when it ends with one) added to the ids. ``any_tokens``: ``ExcludeToken(ids)*``, the
-  end token added the same way; ``max_tokens=0``: the empty sequence.
+  end token added the same way; ``max_tokens=N``: ``ExcludeToken(ids){0,N}``, an exact budget
+  (a token of the region is one item; XGrammar's masks agree, its ``accept_token`` does not
+  enforce the budget).
 * ``sequence`` / ``or``: concatenation / choice of the elements.
 * ``tag``: ``begin content end``; several ends are alternatives; a begin or end given as a
   ``token`` format is ``Token(id)``. Content that is "unlimited" (any_text, any_tokens,
@@ -65,8 +67,9 @@ XGrammar's printout of a token-level format differs from gxg's in spelling only:
 ExcludeToken(...)`` is gxg's ``any_tokens ::= ExcludeToken(...)*``, and XGrammar's
 ``TokenTagDispatch(...)`` expression is gxg's lowering of it (``gxg.grammar.macros``).
 
-Refused (GrammarError naming the format): ``max_tokens`` > 0 on ``any_text`` or ``any_tokens``
-(a token budget: XGrammar's rule attribute ``[max_tokens=n]``, which gxg does not support yet),
+Refused (GrammarError naming the format): ``max_tokens`` > 0 on ``any_text`` (a token budget
+over free text: XGrammar's rule attribute ``[max_tokens=n]``, kept while decoding, which gxg
+does not support yet),
 and what ``gxg.grammar.json_schema_xml`` refuses.
 
 Where XGrammar would build a TagDispatch whose exclude is a prefix of a trigger (the trigger can
@@ -516,12 +519,11 @@ class _Emitter:
         return self.add("exclude_token", TokenSet(tuple(excludes), negated=True))
 
     def _AnyTokensFormat(self, fmt: AnyTokensFormat, ends) -> str:
-        if fmt.max_tokens is not None and fmt.max_tokens > 0:
-            raise _token_budget(f"{fmt.path}.max_tokens", "any_tokens")
         excludes = self.token_ids_of(fmt, "exclude_tokens") + _end_tokens(ends)
-        if fmt.max_tokens == 0:
-            return self.add("any_tokens", EMPTY)
-        return self.add("any_tokens", Repeat(TokenSet(tuple(excludes), negated=True), 0, None))
+        # at most max_tokens tokens: each token of the region is one item, so the budget is
+        # exact here (XGrammar's masks give the same; its accept_token lets more through)
+        return self.add("any_tokens", Repeat(TokenSet(tuple(excludes), negated=True), 0,
+                                             fmt.max_tokens))
 
     def _TokenDispatchFormat(self, fmt: TokenDispatchFormat, ends) -> str:
         pairs = [(self.token_id(token, f"{fmt.path}.rules[{i}][0]"),
