@@ -138,6 +138,14 @@ CASES = {
     "whitespace": ({"type": "object", "properties": {
         "a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "integer"}}}},
         {"max_whitespace_cnt": 2}, [{"a": 1}, {"a": 1, "b": [1, 2]}, {"b": []}]),
+    "pattern_properties": ({"type": "object", "properties": {"name": {"type": "string"}},
+                            "required": ["name"], "additionalProperties": False,
+                            "patternProperties": {"^metric_[a-z]+$": {"type": "number"},
+                                                  "^flag_[a-z]+$": {"type": "boolean"}}}, {}, [
+        {"name": "w"}, {"name": "w", "metric_cpu": 0.5}, {"name": "w", "flag_hot": True,
+                                                           "metric_a": 1},
+        {"name": "w", "metric_cpu": "x"}, {"name": "w", "flag_hot": 2}, {"name": "w", "other": 1},
+        {"name": "w", "metric_": 1}, {"metric_cpu": 1, "name": "w"}, {"name": "w", "name2": 1}]),
     "names": ({"type": "object", "$defs": {"i": {"type": "integer"}}, "properties": {
         'a"&b': {"type": "integer"}, "m": {"enum": ["x", 1]}, "r": {"$ref": "#/$defs/i"}}},
         {}, [{'a"&b': 1}, {"a&quot;&amp;b": 1}, {"m": "x"}, {"m": 1}, {"r": 3}]),
@@ -582,7 +590,8 @@ REFUSED = [
                   "required": ["b"]}, {}, "$.format.json_schema", "'required' at #"),
     ("glm_xml", {"type": "object", "minProperties": 1}, {}, "$.format.json_schema",
      "'minProperties' at #"),
-    ("kimi_k3_xml", {"type": "object", "patternProperties": {"a": {}}}, {},
+    ("kimi_k3_xml", {"type": "object", "patternProperties": {"a": {}},
+                     "additionalProperties": {"type": "string"}}, {},
      "$.format.json_schema", "'patternProperties' at #"),
     ("qwen_xml", {"type": "object", "properties": {"a": {"type": "string", "pattern": "a",
                                                          "maxLength": 3}}}, {},

@@ -55,10 +55,6 @@ _CONVERTER = "test_structural_tag_converter.py::"
 
 # gxg's documented deliberate differences: (predicate on a group, reason).
 DOCUMENTED = [
-    (lambda g: g["source"] == _CONVERTER
-     + "test_json_schema_style_kimi_k3_xml_pattern_properties_pin_each_value_type",
-     "documented (gxg/grammar/json_schema_xml.py): patternProperties at the root of an XML "
-     "parameter schema is refused"),
 ]
 
 # (source, input) -> XGrammar 0.2.8's verdict, where the upstream test (newer than 0.2.8)

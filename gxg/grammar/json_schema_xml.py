@@ -32,7 +32,9 @@ between and after the parameters (``ws`` alone when none is required).
 * Members: the declared properties in ``properties`` order (optional ones may be left out,
   required ones must appear), then additional properties (``additionalProperties``; by strict
   mode, only when ``properties`` is absent or ``additionalProperties`` says so), whose names are
-  ``[a-zA-Z_][a-zA-Z0-9_]*`` (declared names not excluded, as XGrammar). A declared name is
+  ``[a-zA-Z_][a-zA-Z0-9_]*`` (declared names not excluded, as XGrammar), or the parameters of
+  ``patternProperties``: a name the pattern matches in full, then a value of its schema (as
+  XGrammar writes them). A declared name is
   written as it is (kimi_k3_xml escapes ``&`` and ``"`` as ``&amp;`` / ``&quot;``).
   ``any_order=True``: parameters in any order, each a declared or additional one, at least as
   many as there are required properties; presence and uniqueness are not checked (XGrammar's
@@ -129,7 +131,8 @@ between and after the parameters (``ws`` alone when none is required).
 
 Refused (``GrammarError``) in the styles other than minimax_m3_xml and cohere_xml (whose
 refusals are above): a root that is not an object schema, and at the root
-``patternProperties``, ``propertyNames``, ``minProperties``, ``maxProperties``,
+``patternProperties`` beside an ``additionalProperties`` schema, ``propertyNames``,
+``minProperties``, ``maxProperties``,
 ``unevaluatedProperties``, a ``required`` name missing from ``properties``, an enum/const; for a
 string parameter: two of ``pattern``/``format``/lengths together (XGrammar honours only one),
 an unknown ``format``, lengths with ``excludes`` (XGrammar drops them), complements of strings;
@@ -174,8 +177,8 @@ _WRAPPERS = {
 }
 _KIMI_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
 _PADDING = " \t\n\r"
-_OBJECT_KEYWORDS_REFUSED = ("patternProperties", "propertyNames", "minProperties",
-                            "maxProperties", "unevaluatedProperties", "unevaluatedItems")
+_OBJECT_KEYWORDS_REFUSED = ("propertyNames", "minProperties", "maxProperties",
+                            "unevaluatedProperties", "unevaluatedItems")
 
 
 def _lit(text: str) -> Literal:
@@ -430,7 +433,12 @@ class _XmlWriter:
         if missing:
             raise self.refuse("required", ptr, f"the required name {missing[0]!r} is not in "
                               f"'properties' (XGrammar mishandles it)")
-        extra_schema = flat.get("additionalProperties", not properties)
+        patterns = flat.get("patternProperties", {})
+        if not isinstance(patterns, dict):
+            raise self.refuse("patternProperties", ptr, "must be an object")
+        if patterns and flat.get("additionalProperties", False) is not False:
+            raise self.refuse("patternProperties", ptr, "together with additionalProperties")
+        extra_schema = flat.get("additionalProperties", not properties and not patterns)
         members: List[Tuple[Expr, bool]] = []
         for name, sub in properties.items():
             where = f"{ptr}/properties/{escape_token(name)}"
@@ -440,11 +448,14 @@ class _XmlWriter:
                     return None
                 continue
             members.append((member, name in required))
-        extra = None
+        extras = []
         if extra_schema is not False:
-            extra = self.json.share(self.parameter(None, extra_schema,
-                                                   f"{ptr}/additionalProperties"),
-                                    "xml_additional_parameter")
+            extras.append(self.parameter(None, extra_schema, f"{ptr}/additionalProperties"))
+        for regex, sub in patterns.items():  # XGrammar: a name of the pattern, its value
+            where = f"{ptr}/patternProperties/{escape_token(regex)}"
+            extras.append(self.parameter(None, sub, where, key=self.pattern_name(regex, where)))
+        extras = [extra for extra in extras if extra is not None]
+        extra = self.json.share(_alt(*extras), "xml_additional_parameter") if extras else None
         if self.any_order:
             return self.any_order_list(members, extra, ptr)
         saved, self.json.fmt = self.json.fmt, _Whitespace(self.ws)
@@ -471,14 +482,30 @@ class _XmlWriter:
                                                    None if hi is None else hi - 1), self.ws))
         return nonempty if needed else Choice((nonempty, self.ws))
 
+    def pattern_name(self, regex: Any, ptr: str) -> Expr:
+        """The names a ``patternProperties`` pattern allows: the regex matched in full (as
+        XGrammar writes it: its anchors are the whole name's)."""
+        if not isinstance(regex, str):
+            raise self.refuse("patternProperties", ptr, "a pattern must be a string")
+        grammar = self.schemas.regex_grammar(regex, False, "patternProperties", ptr)
+        mapping = {rule.name: self.json.new_rule("xml_pattern_name") for rule in grammar.rules}
+        for rule in grammar.rules:
+            self.json.rules[mapping[rule.name]] = rename_refs(rule.body, mapping)
+        return RuleRef(mapping[grammar.root_rule_name])
+
     # -- one parameter (XGrammar's level 1)
-    def parameter(self, name: Optional[str], schema: Any, ptr: str) -> Optional[Expr]:
-        """``KEY_PREFIX name KEY_SUFFIX value SUFFIX``; ``name`` None: an additional one."""
-        if name is None:
+    def parameter(self, name: Optional[str], schema: Any, ptr: str,
+                  key: Optional[Expr] = None) -> Optional[Expr]:
+        """``KEY_PREFIX name KEY_SUFFIX value SUFFIX``; ``name`` None: an additional one,
+        whose name is ``key`` (the names of a ``patternProperties`` pattern) or any variable
+        name."""
+        if name is None and key is not None:
+            key = Sequence((_lit(self.key_prefix), key))
+        elif name is None:
             variable = self.variable_name()
             if variable is None:
                 return None
-            key: Expr = Sequence((_lit(self.key_prefix), variable))
+            key = Sequence((_lit(self.key_prefix), variable))
         else:
             written = name
             if self.kimi:
