@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from gxg.grammar.ir import (
@@ -94,6 +93,7 @@ from gxg.grammar.macros import (
     MacroValue,
     expand_macro,
 )
+from gxg.grammar.rule_attributes import RuleAttributes, apply_rule_attributes
 
 __all__ = ["parse_ebnf", "MAX_EXPRESSION_DEPTH", "MAX_REPEAT_BOUND", "MACRO_NAMES", "RULE_NAME"]
 
@@ -630,7 +630,7 @@ class _Parser:
         self.index = 0
         self.references: Dict[str, int] = {}     # rule name -> offset of its first reference
         self.helper_rules: List[Rule] = []       # what macros expand to, in order
-        self.attributes: Dict[str, "RuleAttributes"] = {}  # name[...] ::= of each rule
+        self.attributes: Dict[str, RuleAttributes] = {}  # name[...] ::= of each rule
         self.rule_name = ""                      # the rule being parsed (names helper rules)
         # Helper rules must not take a name the text uses anywhere.
         self.taken_names = {token.value for token in self.tokens if token.kind == "name"}
@@ -818,17 +818,6 @@ def _check_lookahead_position(stack: List[_Group], token: _Token, source: _Sourc
 # ----------------------------------------------------------------------------- rule attributes
 
 
-@dataclass(frozen=True)
-class RuleAttributes:
-    """``name[lazy, max_chars=N] ::=``: ``lazy`` — the rule ends as soon as it can (its strings
-    are those of its language none of whose proper prefixes is in it); ``max_chars`` — a
-    budget of code points, XGrammar's best effort: within N code points the rule is as it is,
-    and once it has N it ends as soon as it can (a string of the rule whose proper prefixes of
-    N or more code points are not in the rule; ``max_chars=0`` is ``lazy``)."""
-    lazy: bool = False
-    max_chars: Optional[int] = None
-
-
 _ATTRIBUTE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:=\s*(-?[0-9]+)\s*)?$")
 
 
@@ -863,80 +852,22 @@ def _rule_attributes(source: _Source, head: "_Token", offset: int) -> RuleAttrib
 def _apply_attributes(definitions, parser: "_Parser", source: _Source,
                       defined_at: Dict[str, int]):
     """The definitions with each attributed rule's body replaced by its language under the
-    attributes, written as plain IR (its automaton over code points, cut or intersected, then
-    right-linear helper rules). Needs a regular body (recursion only through tail calls, no
-    token items); an attributed rule referenced by another is rewritten first."""
-    from gxg.grammar.code_point_dfa import dfa_from_expr, dfa_to_expr
+    attributes (``gxg.grammar.rule_attributes``)."""
     bodies = {name: body for name, body, _ in definitions}
     bodies.update((rule.name, rule.body) for rule in parser.helper_rules)
-    for name in _callees_first(parser.attributes, bodies):
-        attributes = parser.attributes[name]
-        parser.rule_name = name  # the helper rules' names start with it
-        try:
-            dfa = dfa_from_expr(RuleRef(name), bodies)
-        except (GrammarError, TypeError) as error:
-            raise source.error(defined_at[name], f"the attributes of rule {name!r} need a "
-                                                 f"regular body (no recursion but tail calls, no "
-                                                 f"token items): {error}") from None
-        if attributes.max_chars is not None:
-            dfa = _lazy_after(dfa, attributes.max_chars, source, defined_at[name])
-        if attributes.lazy:  # end at the first point the rule can end
-            dfa = _lazy_after(dfa, 0, source, defined_at[name])
 
-        def define_rule(ref: RuleRef, body: Expr) -> None:
-            parser.helper_rules.append(Rule(ref.name, body))
-        body = dfa_to_expr(dfa, lambda ranges: CharClass(tuple(ranges)),
-                           lambda hint: RuleRef(parser.new_rule_name(hint)), "attr",
-                           define_rule=define_rule)
-        bodies[name] = CharClass(((0, MAX_CODE_POINT),), negated=True) if body is None else body
-    return [(name, bodies[name], lookahead) for name, _, lookahead in definitions]
+    def new_rule(rule: str, hint: str) -> RuleRef:
+        parser.rule_name = rule  # the helper rules' names start with it
+        return RuleRef(parser.new_rule_name(hint))
 
+    def define_rule(ref: RuleRef, body: Expr) -> None:
+        parser.helper_rules.append(Rule(ref.name, body))
 
-def _lazy_after(dfa, budget: int, source: _Source, offset: int):
-    """``dfa``'s strings none of whose proper prefixes of ``budget`` or more code points is
-    accepted: the product with a counter saturating at ``budget``, whose accepting states at
-    the budget have no moves (``budget`` 0: plain laziness)."""
-    from gxg.grammar.code_point_dfa import DEFAULT_MAX_STATES, Dfa, minimize
-    width = budget + 1
-    if dfa.num_states * width > DEFAULT_MAX_STATES:
-        raise source.error(offset, f"max_chars={budget} on this rule needs "
-                                   f"{dfa.num_states * width} automaton states, more than "
-                                   f"{DEFAULT_MAX_STATES}")
-    rows = []
-    for q, row in enumerate(dfa.transitions):
-        for k in range(width):
-            if k == budget and q in dfa.accepting:
-                rows.append(())  # at the budget the rule ends where it can
-            else:
-                step = min(k + 1, budget)
-                rows.append(tuple((lo, hi, target * width + step) for lo, hi, target in row))
-    accepting = {q * width + k for q in dfa.accepting for k in range(width)}
-    return minimize(Dfa(tuple(rows), accepting))
-
-
-def _callees_first(attributed, bodies: Dict[str, Expr]) -> List[str]:
-    """The attributed rules, each after the attributed rules it reaches through references."""
-    from gxg.grammar.ir import iter_rule_refs
-    order: List[str] = []
-    seen = set()
-
-    def visit(root: str) -> None:
-        stack = [(root, iter(iter_rule_refs(bodies[root])))]
-        seen.add(root)
-        while stack:
-            name, refs = stack[-1]
-            callee = next(refs, None)
-            if callee is None:
-                stack.pop()
-                if name in attributed:
-                    order.append(name)
-            elif callee not in seen and callee in bodies:
-                seen.add(callee)
-                stack.append((callee, iter(iter_rule_refs(bodies[callee]))))
-    for name in attributed:
-        if name not in seen:
-            visit(name)
-    return order
+    rewritten = apply_rule_attributes(
+        bodies, parser.attributes, new_rule, define_rule,
+        lambda rule, message: source.error(defined_at[rule], message))
+    return [(name, rewritten.get(name, body), lookahead)
+            for name, body, lookahead in definitions]
 
 
 def parse_ebnf(text: str, *, root_rule_name: str = "root") -> Grammar:

@@ -70,15 +70,18 @@ replayed in ``tests/test_lark.py``. It is *recognition* Lark: no parse trees, no
   - the dynamic start ``start: (tool | ...)* tail`` (``tail`` any text, each ``tool`` starting
     with such a head) becomes ``TagDispatch((trigger, choice of the tools' remainders), ...,
     loop_after_dispatch=true)``, exactly as XGrammar builds it (``gxg.grammar.macros``);
-  - ``capture`` does not change the language; gxg ignores it (no ``get_captures``).
+  - ``capture`` does not change the language; gxg ignores it (no ``get_captures``);
+  - ``[lazy]`` on any other body and ``[max_chars=N]``: compiled into the rule's language
+    (``gxg.grammar.rule_attributes``), so the body must be regular.
 
 Refused -- XGrammar 0.2.8 accepts them but gxg cannot give the same language or behaviour --
 with a ``GrammarError`` naming the construct: ``[max_tokens=N]`` (a runtime token budget),
-``[lazy]`` on any other body, ``[stop="..."]``, ``[suffix=...]`` other than a fixed,
-case-sensitive string on an any-text head of the dynamic pattern (XGrammar makes these
-*runtime-lazy* rules, which end at the first match, a matcher feature gxg lacks), ``%regex {...}`` (XGrammar's structured
-regexes, e.g. ``substring_chars``), the regex flag ``i``, and regexes that XGrammar's
-regex reader takes differently from gxg's: ``[\\^...`` (XGrammar: a negated class), ``\\u``
+``[lazy]`` and ``[max_chars=N]`` on a body that is not regular, ``[stop="..."]``,
+``[suffix=...]`` other than a fixed, case-sensitive string on an any-text head of the dynamic
+pattern (XGrammar makes these *runtime-lazy* rules, which end at the first match, a matcher
+feature gxg lacks), ``%regex {...}`` (XGrammar's structured regexes, e.g.
+``substring_chars``), the regex flag ``i``, and regexes that XGrammar's regex reader takes
+differently from gxg's: ``[\\^...`` (XGrammar: a negated class), ``\\u``
 escapes of surrogates (XGrammar: two surrogates that match nothing), mid-pattern anchors
 (XGrammar drops them), ``\\a`` ``\\e`` ``\\0N`` ``[\\p{..}]`` ``[\\B]`` and bounds above 10000
 (see ``gxg.grammar.regex``). Refused by XGrammar too (same messages): priorities ``name.2``,
@@ -122,6 +125,7 @@ from gxg.grammar.ir import (
     iter_rule_refs,
 )
 from gxg.grammar.macros import MAX_TOKEN_ID
+from gxg.grammar.rule_attributes import RuleAttributes, apply_rule_attributes
 
 __all__ = ["parse_lark", "named_grammars_key", "COMMON_TERMINALS", "MAX_REPEAT_BOUND"]
 
@@ -437,6 +441,7 @@ class _Definition:
     suffix_offset: int = 0
     capture: bool = False
     capture_offset: int = 0
+    max_chars: Optional[int] = None     # [max_chars=N] (gxg.grammar.rule_attributes)
 
 
 @dataclass
@@ -570,6 +575,13 @@ class _Parser:
                     raise self.error(value_token.offset, "max_tokens must be positive")
                 raise self.error(key.offset, "the rule attribute max_tokens (a runtime token "
                                              "budget) is not supported by gxg")
+            elif key.text == "max_chars":
+                self.consume("=", "expected '=' after max_chars attribute")
+                value = self.integer()
+                if definition.max_chars is not None:
+                    raise self.error(key.offset, "max_chars attribute is specified more than "
+                                                 "once")
+                definition.max_chars = value
             elif key.text == "capture":
                 name = definition.name
                 where = key.offset
@@ -935,14 +947,40 @@ class _Compiler:
                 continue
             if definition.name == "start" and dynamic is not None:
                 body = dynamic
-            elif definition.lazy or definition.suffix is not None:
+            elif (definition.lazy or definition.suffix is not None) and \
+                    not self.general_lazy(definition):
                 body = self.lazy_rule(definition)
             else:
                 body = self.node(definition.body, terminal=False)
             if definition.name == "start" and self.allow_initial_skip and self.skip:
                 body = Sequence((self.skip, body))
             self.add_rule(self.ir_names[definition.name], body)
+        self.apply_attributes()
         return _reachable(Grammar(tuple(self.rules), "root"))
+
+    def general_lazy(self, definition: _Definition) -> bool:
+        """A ``[lazy]`` rule that is not XGrammar's any-text-then-trigger pattern (nor a
+        ``suffix`` one): compiled into the rule's language (``apply_attributes``)."""
+        return (definition.lazy and definition.suffix is None
+                and self.regex_trigger(self.unwrap(definition.body)) is None
+                and self.lazy_trigger(definition) is None)
+
+    def apply_attributes(self) -> None:
+        """The rules with ``[max_chars=N]`` or a general ``[lazy]`` get their language under
+        the attributes (``gxg.grammar.rule_attributes``; the body must be regular)."""
+        attributed = {self.ir_names[d.name]: RuleAttributes(self.general_lazy(d), d.max_chars)
+                      for d in self.doc.definitions if not d.is_terminal
+                      and (d.max_chars is not None or self.general_lazy(d))}
+        if not attributed:
+            return
+        offsets = {self.ir_names[d.name]: d.offset for d in self.doc.definitions}
+        rewritten = apply_rule_attributes(
+            {rule.name: rule.body for rule in self.rules}, attributed,
+            lambda rule, hint: RuleRef(self.fresh(f"{rule}_{hint}")),
+            lambda ref, body: self.add_rule(ref.name, body),
+            lambda rule, message: self.error(offsets[rule], message))
+        self.rules = [Rule(rule.name, rewritten[rule.name]) if rule.name in rewritten else rule
+                      for rule in self.rules]
 
     def add_rule(self, name: str, body: Expr) -> None:
         self.rules.append(Rule(name, body))
