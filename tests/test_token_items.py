@@ -296,3 +296,22 @@ def test_cuda_graph_replays_equal_the_cpu_ops(info, compiled):
         tokens.copy_(torch.tensor(chosen))
         graph.replay()
     compare_states(cpu, gpu, where="after the replays")
+
+
+def test_serialized_grammars_keep_their_token_items(info, compiled):
+    """A compiled grammar with token items survives serialize -> deserialize: the same masks
+    along the same walk (the token sets travel with the automaton's tables)."""
+    from gxg.grammar_compiler import CompiledGrammar
+    for name, grammar in compiled.items():
+        again = CompiledGrammar.deserialize(grammar.serialize(), info)
+        ours, theirs = GrammarMatcher(grammar), GrammarMatcher(again)
+        rng = random.Random(name)
+        for _ in range(10):
+            mask = mask_of(ours)
+            np.testing.assert_array_equal(mask_of(theirs), mask, err_msg=name)
+            if ours.is_terminated() or not mask.any():
+                break
+            token = int(rng.choice(np.flatnonzero(mask)))
+            assert ours.accept_token(token) and theirs.accept_token(token)
+            if ours.is_terminated():
+                break
