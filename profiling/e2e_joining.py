@@ -1,0 +1,182 @@
+"""End to end with requests that join: new JSON Schemas arrive while the batch decodes (issue 14,
+"measure it").
+
+Setup: e2e_decode.py's random-weight Llama (8B shape by default, Qwen's vocabulary), B slots,
+one CUDA graph per step: forward -> ``GrammarBatch.fill_and_apply`` -> sampling -> ``accept`` ->
+reset of the rows that finished (e2e_decode's ``gxg`` configuration). Every ``--join-every``
+steps one slot's request is replaced by a new one whose grammar is the next MaskBench schema
+(never compiled before: the compiler's cache is off): on the host, between two replays, the
+schema is compiled, bound to that slot (``GrammarBatch.bind``: the arena registers it, the slot
+is reset) and the grammar it replaces is unregistered. That host work is part of that step, as
+in a serving engine, which must have a request's grammar on the device before its first step.
+
+Configurations, same run, same model: ``off`` (no grammar: forward + sampling in one graph),
+``gxg_steady`` (every slot on the same grammars, no joins) and ``gxg_joining``. Each step is
+timed on the host with a synchronisation at its end (so the per-step times include the joins);
+reported: mean, p50, p99 per step; the grammar's overhead over ``off`` in % of the mean and the
+p99; and the join work alone (compile and bind, ms per join).
+
+Written down first: ``bind`` still computes every mask entry of the new grammar (the CPU trie
+walk; the device arena is not lazy yet: issue 14's open part), measured on the VM at ~0.5 ms
+per node — 0.1-0.2 s for 200-330-node schemas, seconds for the largest. A step costs ~5-10 ms
+at this shape, so a joining step is predicted to cost about its bind: the mean overhead about
+bind / (join_every x step), the p99 the bind itself — far past the issue's targets (<= 2 % of
+the mean, <= 5 % at p99) until entries are built lazily on the device.
+
+  python profiling/e2e_joining.py --batches 16 --join-every 8 --steps 96 --schemas 24
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import MASKBENCH, percentile, print_table, write_json  # noqa: E402
+from e2e_decode import (QWEN_MODEL_VOCAB, DecodeState, Llama, Step,  # noqa: E402
+                        add_model_arguments, gxg_step, make_sampler, model_config, plain_step,
+                        synchronize, versions)
+
+from gxg import vocabularies  # noqa: E402
+from gxg.arena import ArenaCapacity  # noqa: E402
+from gxg.batch import GrammarBatch  # noqa: E402
+from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
+
+
+def schema_files(folder: Path, count: int) -> List[Path]:
+    """``count`` MaskBench files spread evenly over the folder's sorted list (its sources:
+    BFCL, GitHub easy/medium/hard, Kubernetes, Snowplow, ...)."""
+    files = sorted(folder.glob("*.json"))
+    if len(files) < count:
+        raise SystemExit(f"{folder} holds {len(files)} MaskBench files, {count} needed")
+    return [files[i * len(files) // count] for i in range(count)]
+
+
+def load(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    return doc["schema"] if isinstance(doc, dict) and "tests" in doc else doc
+
+
+def timed_steps(step, st: DecodeState, steps: int, before_step=None) -> List[float]:
+    """Host seconds per step (synchronised at its end), ``before_step(i)`` included."""
+    times = []
+    for i in range(steps):
+        if st.at_length_bound():
+            st.new_requests()
+        st.generated += 1
+        t = time.perf_counter()
+        if before_step is not None:
+            before_step(i)
+        step()
+        synchronize(st.device)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def summary(times: List[float]) -> Dict[str, float]:
+    return {"mean_ms": 1e3 * sum(times) / len(times), "p50_ms": 1e3 * percentile(times, 50),
+            "p99_ms": 1e3 * percentile(times, 99)}
+
+
+def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
+    sample = make_sampler(args.sampler, args.temperature)
+    st = DecodeState(b, args.prompt_len, args.max_len, device)
+    rows = []
+    graphs = device.type == "cuda"  # (the CPU runs the same steps eagerly: a smoke test)
+    st.new_requests()
+    off = Step(plain_step(model, st, sample), graphs)
+    rows.append({"config": "off", **summary(timed_steps(off, st, args.steps))})
+    del off
+
+    files = schema_files(Path(args.maskbench), args.schemas)
+    compiler = GrammarCompiler(info, cache_enabled=False)
+    first = [compiler.compile_json_schema(load(f), strict_mode=False) for f in files[:b]]
+    batch = GrammarBatch(info, device=device, max_batch=b,
+                         capacity=ArenaCapacity(max_grammars=2 * b + 2, nodes=1 << 18,
+                                                next_entries=1 << 23, accept_rows=4096,
+                                                uncertain_tokens=1 << 22, pairs=1 << 18,
+                                                pair_tokens=1 << 22))
+    gids = [batch.bind(slot, first[slot % len(first)]) for slot in range(b)]
+    st.new_requests()
+    step = Step(gxg_step(model, st, batch, sample), graphs)
+    rows.append({"config": "gxg_steady", **summary(timed_steps(step, st, args.steps))})
+
+    joins: List[Dict[str, float]] = []
+    queue = iter(files[b:] + files[:b])
+
+    def join(i: int) -> None:
+        if i % args.join_every:
+            return
+        slot = (i // args.join_every) % b
+        path = next(queue, None)
+        if path is None:
+            return
+        t0 = time.perf_counter()
+        compiled = compiler.compile_json_schema(load(path), strict_mode=False)
+        t1 = time.perf_counter()
+        old, gids[slot] = gids[slot], batch.bind(slot, compiled)
+        if old not in gids:  # the replaced grammar leaves the arena
+            batch.arena.unregister(old)
+        joins.append({"file": path.name, "compile_ms": 1e3 * (t1 - t0),
+                      "bind_ms": 1e3 * (time.perf_counter() - t1),
+                      "nodes": compiled.automaton.num_nodes})
+    rows.append({"config": "gxg_joining",
+                 **summary(timed_steps(step, st, args.steps, join)), "joins": joins})
+    base = rows[0]
+    for row in rows[1:]:
+        row["overhead_mean_pct"] = 100 * (row["mean_ms"] / base["mean_ms"] - 1)
+        row["overhead_p99_pct"] = 100 * (row["p99_ms"] / base["p99_ms"] - 1)
+    for row in rows:
+        row["batch"] = b
+    return rows
+
+
+def main(argv=None) -> Dict[str, object]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, nargs="+", default=[16])
+    parser.add_argument("--join-every", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=96)
+    parser.add_argument("--schemas", type=int, default=24)
+    parser.add_argument("--maskbench", default=str(MASKBENCH))
+    parser.add_argument("--sampler", choices=["sample", "greedy"], default="sample")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--device", default="cuda")
+    add_model_arguments(parser)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    torch.manual_seed(args.seed)
+    cfg = model_config(args)
+    info = vocabularies.tokenizer_info_for("qwen", vocab_size=QWEN_MODEL_VOCAB)
+    model = Llama(cfg, max(args.batches), args.max_len, device, args.init_std)
+    results = []
+    for b in args.batches:
+        results += run(b, model, info, args, device)
+    table = [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in r.items()
+              if k != "joins"} for r in results]
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"device: {name}; join every {args.join_every} steps")
+    print_table(table, ["batch", "config", "mean_ms", "p50_ms", "p99_ms", "overhead_mean_pct",
+                        "overhead_p99_pct"])
+    for r in results:
+        if r.get("joins"):
+            joins = r["joins"]
+            print(f"B={r['batch']}: {len(joins)} joins; compile ms p50 "
+                  f"{percentile([j['compile_ms'] for j in joins], 50):.1f} p99 "
+                  f"{percentile([j['compile_ms'] for j in joins], 99):.1f}; bind ms p50 "
+                  f"{percentile([j['bind_ms'] for j in joins], 50):.1f} p99 "
+                  f"{percentile([j['bind_ms'] for j in joins], 99):.1f}")
+    payload = {"device": name, "versions": versions(),
+               "settings": vars(args), "results": results}
+    print(f"wrote {write_json('e2e_joining', payload, Path(args.out) if args.out else None)}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()
