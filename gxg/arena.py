@@ -59,12 +59,15 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
     pair_unc_tokens    int32  [U2]
 
 Register copies a grammar's tables into free ranges of each buffer (first fit); unregister
-returns them. A buffer too small raises ``ArenaFullError`` naming the buffer, what was needed
+returns them. Both may run on any thread (a lock guards the allocators and the id tables; the
+device writes of a registration touch only its own ranges, so a registration may run beside
+steps that use other grammars: ``GrammarBatch.register_in_background``). A buffer too small raises ``ArenaFullError`` naming the buffer, what was needed
 and what is free. The buffers are all that the ops know of the grammars: the CUDA kernels read
 them through the pointer table, the CPU kernels rebuild their host tables from them.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
@@ -236,6 +239,7 @@ class DeviceArena:
         self._free_ids = list(range(g))
         self._registered: Dict[int, _Registration] = {}
         self._by_compiled: Dict[int, int] = {}
+        self._lock = threading.Lock()  # allocators and id tables (registration on any thread)
 
     # ------------------------------------------------------------------ vocabulary
     def _vocabulary_arrays(self) -> Dict[str, np.ndarray]:
@@ -272,27 +276,31 @@ class DeviceArena:
         if compiled.tokenizer_info is not self.tokenizer_info and \
                 compiled.tokenizer_info.vocab_size != self.vocab_size:
             raise ValueError("the compiled grammar was built for another tokenizer")
-        known = self._by_compiled.get(id(compiled))
-        if known is not None and self._registered[known].compiled is compiled:
-            return known
-        if not self._free_ids:
-            raise ArenaFullError(f"the arena holds at most {self.capacity.max_grammars} "
-                                 "grammars; unregister one or raise max_grammars")
+        # entry_counts computes the mask entries (and the second level), the slow part: outside
+        # the lock, so that a registration on another thread does not hold up this one
         sizes = entry_counts(compiled)
-        ranges: Dict[str, Tuple[int, int]] = {}
-        try:
-            for name, count in sizes.items():
-                ranges[name] = (self._alloc[name].take(count), count)
-        except ArenaFullError:
-            for name, (start, count) in ranges.items():
-                self._alloc[name].give_back(start, count)
-            raise
-        gid = self._free_ids.pop(0)
-        self._write(gid, compiled, ranges)
-        nbytes = sum(count * self._alloc[name].element_bytes for name, (_, count) in
-                     ranges.items())
-        self._registered[gid] = _Registration(compiled, ranges, nbytes)
-        self._by_compiled[id(compiled)] = gid
+        compiled.completion  # (the token budgets' distances, likewise)
+        with self._lock:
+            known = self._by_compiled.get(id(compiled))
+            if known is not None and self._registered[known].compiled is compiled:
+                return known
+            if not self._free_ids:
+                raise ArenaFullError(f"the arena holds at most {self.capacity.max_grammars} "
+                                     "grammars; unregister one or raise max_grammars")
+            ranges: Dict[str, Tuple[int, int]] = {}
+            try:
+                for name, count in sizes.items():
+                    ranges[name] = (self._alloc[name].take(count), count)
+            except ArenaFullError:
+                for name, (start, count) in ranges.items():
+                    self._alloc[name].give_back(start, count)
+                raise
+            gid = self._free_ids.pop(0)
+            nbytes = sum(count * self._alloc[name].element_bytes for name, (_, count) in
+                         ranges.items())
+            self._write(gid, compiled, ranges)  # (fast: the entries exist by now)
+            self._registered[gid] = _Registration(compiled, ranges, nbytes)
+            self._by_compiled[id(compiled)] = gid
         return gid
 
     def _write(self, gid: int, compiled: CompiledGrammar, ranges) -> None:
@@ -355,14 +363,15 @@ class DeviceArena:
         self.grammar_max_rise[gid] = completion.max_rise
 
     def unregister(self, gid: int) -> None:
-        registration = self._registered.pop(gid, None)
-        if registration is None:
-            raise KeyError(f"grammar id {gid} is not registered")
-        for name, (start, count) in registration.ranges.items():
-            self._alloc[name].give_back(start, count)
-        self._by_compiled.pop(id(registration.compiled), None)
-        self._free_ids.append(gid)
-        self._free_ids.sort()
+        with self._lock:
+            registration = self._registered.pop(gid, None)
+            if registration is None:
+                raise KeyError(f"grammar id {gid} is not registered")
+            for name, (start, count) in registration.ranges.items():
+                self._alloc[name].give_back(start, count)
+            self._by_compiled.pop(id(registration.compiled), None)
+            self._free_ids.append(gid)
+            self._free_ids.sort()
 
     # ------------------------------------------------------------------ queries
     def compiled(self, gid: int) -> CompiledGrammar:

@@ -7,6 +7,9 @@ Out: the per-step operations as ``torch.ops.xg`` ops on tensors that never move:
      top-p over the allowed tokens), accept sampled tokens, roll back, reset. Nothing in
      a step reads the device from the host, so a step can be captured in a CUDA graph or traced
      by ``torch.compile``; ``bind``/``unbind`` (host writes) belong between steps.
+``register_in_background`` puts a new grammar into the arena on a host thread while the batch
+steps (its mask entries are the slow part), so that a request with a new grammar joins without
+holding up the others' steps.
 
 Eagerly on CUDA, ``fill_next_token_bitmask`` and ``accept`` replay CUDA graphs of themselves
 that they capture on their second call with the same buffers (``eager_graphs=False`` turns this
@@ -30,6 +33,7 @@ Per-slot behaviour (documented contract):
 from __future__ import annotations
 
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable, Optional, Union
 
 import numpy as np
@@ -58,6 +62,7 @@ class GrammarBatch:
         # one host call instead of a launch per kernel. A cache, and it says so.
         self.eager_graphs = eager_graphs
         self._graphs: dict = {}
+        self._background: Optional[ThreadPoolExecutor] = None  # register_in_background's
         self._copy_tables = weakref.WeakKeyDictionary()  # state_copy_table's cache
         self.max_batch = max_batch
         self.limits = limits
@@ -129,6 +134,24 @@ class GrammarBatch:
         self.set_token_budget(slot, max_tokens)
         self.reset([slot])
         return gid
+
+    def register_in_background(self, compiled: CompiledGrammar) -> "Future[int]":
+        """Register ``compiled`` in the arena on a background thread while the batch goes on
+        stepping (the arena's lock guards its tables; the copies touch only the new grammar's
+        ranges and are finished, on the device too, when the future is). The slow part is the
+        grammar's mask entries, computed on the host. Once the future is done, ``bind(slot,
+        compiled)`` only resets the slot: a request whose grammar is new then costs the other
+        requests' steps nothing but the thread's share of the host."""
+        if self._background is None:
+            self._background = ThreadPoolExecutor(max_workers=1,
+                                                  thread_name_prefix="gxg-register")
+
+        def register() -> int:
+            gid = self.arena.register(compiled)
+            if self.device.type == "cuda":
+                torch.cuda.current_stream(self.device).synchronize()  # the copies are done
+            return gid
+        return self._background.submit(register)
 
     def unbind(self, slot: int) -> None:
         self._check_slot(slot)

@@ -9,7 +9,9 @@ token-budget and XGrammar-parity tests.
   sentence, with multi-byte and random tokens, then an empty token and the stop token last;
 * ``make_info(vocab, extra_padding)``: its ``TokenizerInfo`` (raw bytes, the last token stops);
 * ``info_or_skip(name)``: a real vocabulary's ``TokenizerInfo`` (``gxg.vocabularies``), or the
-  test is skipped naming the package it lacks.
+  test is skipped naming the package it lacks;
+* ``zoo(name)``: a zoo entry by name; ``zoo_world(names, seed)``: a synthetic vocabulary for the
+  named entries' sentences and those grammars compiled for it.
 """
 from __future__ import annotations
 
@@ -88,3 +90,21 @@ def info_or_skip(name):
     if missing:
         pytest.skip(f"{name} needs {missing}")
     return vocabularies.tokenizer_info_for(name)
+
+
+def zoo(name):
+    for entry in GRAMMAR_ZOO:
+        if entry[0] == name:
+            return entry
+    raise KeyError(name)
+
+
+def zoo_world(names, seed):
+    """A synthetic vocabulary built from the sentences of the named zoo grammars (5 ids past
+    it, the last token as the stop token) and those grammars compiled for it, by name."""
+    sentences = [s for name in names for s in zoo(name)[2]]
+    vocab = synthetic_vocab(sentences, seed=seed)
+    info = TokenizerInfo(vocab, VocabType.RAW, vocab_size=len(vocab) + 5,
+                         stop_token_ids=[len(vocab) - 1])
+    compiler = gxg.GrammarCompiler(info)
+    return info, {name: compiler.compile_grammar(zoo_grammar(zoo(name)[1])) for name in names}

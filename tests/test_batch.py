@@ -17,34 +17,16 @@ from gxg.arena import ArenaCapacity, ArenaFullError, DeviceArena
 from gxg.batch import GrammarBatch
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask
-from gxg.runtime import ErrorCode, RuntimeLimits, RuntimeState
+from gxg.runtime import ErrorCode, RuntimeLimits
 from gxg.tokenizer import TokenizerInfo, VocabType
 from mask_oracles import mask_to_bool
 from batch_states import compare_states
-from grammar_zoo import GRAMMAR_ZOO, synthetic_vocab, zoo_grammar
+from grammar_zoo import zoo_world
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 BATCH_GRAMMARS = ["json", "arithmetic", "ambiguous", "left_recursive_list", "unicode",
                   "lookahead", "nullable_heavy"]
-
-
-def zoo(name):
-    for entry in GRAMMAR_ZOO:
-        if entry[0] == name:
-            return entry
-    raise KeyError(name)
-
-
-def zoo_world(names, seed):
-    """A synthetic vocabulary built from the sentences of the named zoo grammars (5 ids past
-    it, the last token as the stop token) and those grammars compiled for it, by name."""
-    sentences = [s for name in names for s in zoo(name)[2]]
-    vocab = synthetic_vocab(sentences, seed=seed)
-    info = TokenizerInfo(vocab, VocabType.RAW, vocab_size=len(vocab) + 5,
-                         stop_token_ids=[len(vocab) - 1])
-    compiler = GrammarCompiler(info)
-    return info, {name: compiler.compile_grammar(zoo_grammar(zoo(name)[1])) for name in names}
 
 
 @pytest.fixture(scope="module")

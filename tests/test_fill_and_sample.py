@@ -30,7 +30,7 @@ from gxg.batch import GrammarBatch  # noqa: E402
 from gxg.ops import reference  # noqa: E402
 from gxg.runtime import RuntimeLimits  # noqa: E402
 from mask_oracles import mask_to_bool, random_bitmask  # noqa: E402
-from test_batch import zoo_world  # noqa: E402
+from grammar_zoo import zoo_world  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 xg = torch.ops.xg
