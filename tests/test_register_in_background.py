@@ -4,7 +4,8 @@ arena's lock): a request with a new grammar joins while the batch keeps stepping
 Specification: grammars registered from other threads — one at a time through the batch's
 background thread, or several threads at once straight into the arena — get distinct ids, and
 a slot bound to one afterwards fills exactly the masks of a direct bind, while the other slots,
-stepping meanwhile, are unaffected (CPU here; the CUDA ops share the code path).
+stepping meanwhile, are unaffected (on the CPU, and on CUDA where the copies go through the
+registering thread's stream).
 """
 from __future__ import annotations
 
@@ -38,30 +39,36 @@ def fresh(info, name):
 def masks_along(batch, slot, info, tokens_for, steps=8):
     """The slot's masks along a walk of allowed tokens chosen by ``tokens_for(step, allowed)``."""
     rows = []
-    bitmask = torch.zeros((batch.max_batch, (info.vocab_size + 31) // 32), dtype=torch.int32)
+    bitmask = torch.zeros((batch.max_batch, (info.vocab_size + 31) // 32), dtype=torch.int32,
+                          device=batch.device)
     for step in range(steps):
         batch.fill_next_token_bitmask(bitmask)
-        row = mask_to_bool(bitmask[slot].numpy(), info.vocab_size)
+        row = mask_to_bool(bitmask[slot].cpu().numpy(), info.vocab_size)
         rows.append(row)
         allowed = np.flatnonzero(row)
         tokens = torch.zeros(batch.max_batch, dtype=torch.int64)
         tokens[slot] = tokens_for(step, allowed) if len(allowed) else 0
-        batch.accept(tokens)
+        batch.accept(tokens.to(batch.device))
     return rows
 
 
-def test_a_grammar_registered_in_the_background_fills_like_a_direct_bind(world):
+DEVICES = ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_grammar_registered_in_the_background_fills_like_a_direct_bind(world, device):
     info, compiled = world
-    batch = GrammarBatch(info, device="cpu", max_batch=2)
+    batch = GrammarBatch(info, device=device, max_batch=2)
     batch.bind(0, compiled["json"])
     late = fresh(info, "arithmetic")
     future = batch.register_in_background(late)
-    bitmask = torch.zeros((2, (info.vocab_size + 31) // 32), dtype=torch.int32)
+    bitmask = torch.zeros((2, (info.vocab_size + 31) // 32), dtype=torch.int32, device=device)
     while not future.done():  # the batch steps meanwhile
         batch.fill_next_token_bitmask(bitmask)
     gid = future.result()
     assert batch.bind(1, late) == gid  # bind finds it registered
-    direct = GrammarBatch(info, device="cpu", max_batch=2)
+    direct = GrammarBatch(info, device=device, max_batch=2)
     direct.bind(1, fresh(info, "arithmetic"))
     choose = lambda step, allowed: int(allowed[step % len(allowed)])  # noqa: E731
     for got, want in zip(masks_along(batch, 1, info, choose), masks_along(direct, 1, info,
