@@ -147,9 +147,14 @@ class GrammarBatch:
                                                   thread_name_prefix="gxg-register")
 
         def register() -> int:
-            gid = self.arena.register(compiled)
-            if self.device.type == "cuda":
-                torch.cuda.current_stream(self.device).synchronize()  # the copies are done
+            if self.device.type != "cuda":
+                return self.arena.register(compiled)
+            # a stream of its own: the copies must not queue behind the decode loop's work on
+            # the caller's stream (each would wait for the step in flight)
+            stream = torch.cuda.Stream(self.device)
+            with torch.cuda.stream(stream):
+                gid = self.arena.register(compiled)
+            stream.synchronize()  # the copies are done before the future is
             return gid
         return self._background.submit(register)
 

@@ -186,9 +186,15 @@ def main(argv=None) -> Dict[str, object]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="sys.setswitchinterval for the run (seconds; Python's default "
+                             "is 0.005): how long the decode loop may wait for the "
+                             "interpreter while the registering thread holds it")
     add_model_arguments(parser)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     torch.manual_seed(args.seed)
     cfg = model_config(args)
     info = vocabularies.tokenizer_info_for("qwen", vocab_size=QWEN_MODEL_VOCAB)
