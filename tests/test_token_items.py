@@ -315,3 +315,35 @@ def test_serialized_grammars_keep_their_token_items(info, compiled):
             assert ours.accept_token(token) and theirs.accept_token(token)
             if ours.is_terminated():
                 break
+
+
+def test_accept_tokens_takes_token_items_like_single_accepts(info, compiled):
+    """``accept_tokens`` (a speculative verify: each slot's row up to its first rejection)
+    moves token items exactly as a matcher accepting the row one token at a time."""
+    grammars = list(compiled.values())
+    b, rng = len(grammars), random.Random(11)
+    walk = GrammarBatch(info, device="cpu", max_batch=b)
+    for slot in range(b):
+        walk.bind(slot, grammars[slot])
+    bitmask = torch.zeros((b, (VOCAB_SIZE + 31) // 32), dtype=torch.int32)
+    rows = []
+    for _ in range(4):  # rows of allowed tokens
+        walk.fill_next_token_bitmask(bitmask)
+        tokens = random_allowed(bitmask.numpy(), rng)
+        rows.append(tokens)
+        walk.accept(torch.tensor(tokens))
+    rows = torch.tensor(rows).T.contiguous()  # [b, 4]
+    rows[0, 2] = ID["</tool_call>"] if rows[0, 2] != ID["</tool_call>"] else ID["x"]
+    batch = GrammarBatch(info, device="cpu", max_batch=b)
+    for slot in range(b):
+        batch.bind(slot, grammars[slot])
+    counts = batch.accept_tokens(rows).tolist()
+    host = batch.host_state()
+    for slot in range(b):
+        matcher, expected = GrammarMatcher(grammars[slot]), 0
+        for token in rows[slot].tolist():
+            if matcher.is_terminated() or not matcher.accept_token(token):
+                break
+            expected += 1
+        assert counts[slot] == expected, slot
+        assert host.stacks(slot) == matcher.state.stacks(0), slot
