@@ -979,9 +979,12 @@ def run_random_grammar(payload: dict) -> dict:
     info = make_info(synthetic_vocab([s.decode("utf-8", "replace") for s in strings], seed=0))
     compiled = GrammarCompiler(info, cache_enabled=False,
                                compile_timeout=payload["compile_timeout"]).compile_grammar(grammar)
-    # fixed_limits: RuntimeLimits() as the GPU batch has them; else the matcher grows its own
-    matcher = GrammarMatcher(compiled,
-                             limits=RuntimeLimits() if payload.get("fixed_limits") else None)
+    # fixed_limits: RuntimeLimits() as the GPU batch has them (a number: with that many
+    # stacks); else the matcher grows its own
+    fixed = payload.get("fixed_limits")
+    limits = None if not fixed else (RuntimeLimits() if fixed is True
+                                     else RuntimeLimits(max_stacks=int(fixed)))
+    matcher = GrammarMatcher(compiled, limits=limits)
     recognizer = Recognizer(grammar)
     report, limited, earley, mask_checks = WalkReport(), [], [], 0
     for data in strings:
@@ -1275,7 +1278,7 @@ def run_family(family: Family, indices: List[int], options: dict, in_process=Fal
 def run_campaign(families: List[str], cases: Optional[int] = None, *, seed: int = 0,
                  timeout: float = 10.0, compile_timeout: Optional[float] = None,
                  memory_mb: int = 4096, jobs: int = 2, strings: int = 30, details: int = 10,
-                 progress: bool = True, fixed_limits: bool = False) -> dict:
+                 progress: bool = True, fixed_limits=False) -> dict:
     """Run ``cases`` cases (None: each family's default) of each named family; returns the
     summary per family (the table's rows, with details) and the skipped families."""
     options = {"seed": seed, "timeout": timeout, "memory_mb": memory_mb, "jobs": jobs,
@@ -1339,9 +1342,10 @@ def main(argv: Optional[List[str]] = None) -> dict:
     parser.add_argument("--index", type=int, help="rerun one case: its index")
     parser.add_argument("--in-process", action="store_true",
                         help="with --family/--index: run in this process (tracebacks)")
-    parser.add_argument("--fixed-limits", action="store_true",
+    parser.add_argument("--fixed-limits", nargs="?", const=True, default=False, type=int,
                         help="random grammars: the matcher keeps RuntimeLimits() (the GPU "
-                             "batch's) instead of growing them")
+                             "batch's) instead of growing them; a number: with that many "
+                             "stacks (max_stacks)")
     parser.add_argument("--out", default=None, help="JSON (default profiling/results/fuzz.json)")
     args = parser.parse_args(argv)
     if args.family is not None:
