@@ -107,7 +107,6 @@ from gxg.grammar.ir import (
     RuleRef,
     Sequence,
     TokenSet,
-    iter_subexprs,
 )
 
 __all__ = ["Automaton", "build_automaton", "DEFAULT_MAX_NODES", "utf8_byte_sequences"]
@@ -450,7 +449,8 @@ class _NfaBuilder:
                  token_rule_ids: Optional[Dict[TokenSet, int]] = None):
         self.rule_name = rule_name
         self.rule_ids = rule_ids
-        self.token_rule_ids = token_rule_ids or {}  # a token set is a reference to its rule
+        # a token set is a reference to its rule (the caller numbers the rules as they come)
+        self.token_rule_ids = {} if token_rule_ids is None else token_rule_ids
         self.max_nodes = max_nodes
         self.fragments = fragments  # shared across rules: classes recur (e.g. [0-9])
         self.sizes: Dict[int, int] = {}  # id(expr) -> fresh states its placement creates
@@ -1254,16 +1254,9 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
             names.append(name)
             bodies.append(rule.lookahead)
             lookahead.append(-1)
-    # token sets: one rule each, after the rules and lookaheads (module docstring)
-    token_sets: List[TokenSet] = list(dict.fromkeys(
-        expr for body in bodies for expr in iter_subexprs(body) if isinstance(expr, TokenSet)))
-    token_rule_ids = {}
-    for token_set in token_sets:
-        token_rule_ids[token_set] = len(names)
-        name = _token_rule_name(token_set, taken)
-        taken.add(name)
-        names.append(name)
-        lookahead.append(-1)
+    # token sets: one rule each, after the rules and lookaheads (module docstring), numbered
+    # as the NFA builder first meets them (no extra pass over the expressions)
+    token_rule_ids: Dict[TokenSet, int] = _FirstSeen(len(names))
 
     # 1-2: NFA and subset construction, rule by rule
     fragments: Dict[CharClass, _ClassFragment] = {}
@@ -1275,6 +1268,12 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
         dfa = _determinise(nfa, name, budget, max_nodes)
         budget -= dfa.num_states
         dfas.append(dfa)
+    token_sets: List[TokenSet] = list(token_rule_ids)
+    for token_set in token_sets:
+        name = _token_rule_name(token_set, taken)
+        taken.add(name)
+        names.append(name)
+        lookahead.append(-1)
     dfas.extend(_token_rule_dfa() for _ in token_sets)
 
     # 3-4: dead parts, then minimisation
@@ -1338,6 +1337,18 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
         token_set_ids=np.array([i for ts in token_sets for i in ts.ids], dtype=np.int32),
         token_set_negated=np.array([ts.negated for ts in token_sets], dtype=bool),
     )
+
+
+class _FirstSeen(dict):
+    """key -> ``first`` + the order in which keys were first looked up."""
+
+    def __init__(self, first: int):
+        super().__init__()
+        self.first = first
+
+    def __missing__(self, key):
+        value = self[key] = self.first + len(self)
+        return value
 
 
 def _token_rule_name(token_set: TokenSet, taken: set) -> str:
