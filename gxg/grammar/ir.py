@@ -267,6 +267,14 @@ class Grammar:
 # ----------------------------------------------------------------------------- normal form
 
 
+# A cache that says so: the compound expressions known to be in normal form, by identity (the
+# values keep them alive, so an id is never reused while it is here). Rules are built many
+# times from shared subtrees (the passes rebuild rules around unchanged bodies), and a subtree
+# found here is not walked again. Bounded: cleared when full.
+_KNOWN_NORMAL: dict = {}
+_KNOWN_NORMAL_LIMIT = 1 << 16
+
+
 def normalize(expr: Expr) -> Expr:
     """The normal form of ``expr``; same language, and what printing then parsing yields.
 
@@ -286,7 +294,8 @@ def normalize(expr: Expr) -> Expr:
             from gxg import compile_budget  # here: compile_budget imports this module
             compile_budget.check("the grammar's normalisation")
         node, children_done = stack.pop()
-        if isinstance(node, (Literal, CharClass, TokenSet, RuleRef)):
+        if isinstance(node, (Literal, CharClass, TokenSet, RuleRef)) or \
+                id(node) in _KNOWN_NORMAL:
             done[id(node)] = node
             continue
         if not isinstance(node, (Sequence, Choice, Repeat)):
@@ -299,6 +308,7 @@ def normalize(expr: Expr) -> Expr:
         normal = [done[id(child)] for child in kids]
         if all(new is old for new, old in zip(normal, kids)) and _already_normal(node):
             done[id(node)] = node  # kept as it is: normalising a normal tree allocates nothing
+            _KNOWN_NORMAL[id(node)] = node
         elif isinstance(node, Sequence):
             done[id(node)] = _normal_sequence(normal)
         elif isinstance(node, Choice):
@@ -317,7 +327,12 @@ def normalize(expr: Expr) -> Expr:
                 done[id(node)] = inner
             else:
                 done[id(node)] = Repeat(inner, node.min, node.max)
-    return done[id(expr)]
+    result = done[id(expr)]
+    if len(_KNOWN_NORMAL) >= _KNOWN_NORMAL_LIMIT:
+        _KNOWN_NORMAL.clear()
+    if not isinstance(result, (Literal, CharClass, TokenSet, RuleRef)):
+        _KNOWN_NORMAL[id(result)] = result
+    return result
 
 
 def _already_normal(node: Expr) -> bool:
