@@ -312,6 +312,13 @@ def _json(json_schema, any_order: bool, max_whitespace_cnt: Optional[int],
             "excludes": list(excludes or [])}
 
 
+def _arguments(function, any_order: bool, max_whitespace_cnt: Optional[int],
+               style: str = "json", **options) -> dict:
+    """A call's arguments: the function's parameters as a json_schema format."""
+    return _json(_get_function_parameters(function), any_order, max_whitespace_cnt, style,
+                 **options)
+
+
 def _any_text(excludes: Optional[List[str]] = None) -> dict:
     return {"type": "any_text", "excludes": list(excludes or []), "max_tokens": None,
             "max_chars": None}
@@ -422,7 +429,7 @@ def get_llama_structural_tag(tools=None, builtin_tools=None, tool_choice="auto",
 
     def call(function):
         return _tag('{"name": "' + function.name + '", "parameters": ',
-                    _json(_get_function_parameters(function), any_order, max_whitespace_cnt),
+                    _arguments(function, any_order, max_whitespace_cnt),
                     "}")
 
     tags = [call(t.function) for t in tools]
@@ -459,8 +466,7 @@ def get_kimi_structural_tag(tools=None, builtin_tools=None, tool_choice="auto",
     def call(function):
         return _tag(f"{TOOL_CALL_BEGIN}functions.{function.name}:",
                     _sequence([_regex(r"\d+"), _const("<|tool_call_argument_begin|>"),
-                               _json(_get_function_parameters(function), any_order,
-                                     max_whitespace_cnt)]),
+                               _arguments(function, any_order, max_whitespace_cnt)]),
                     "<|tool_call_end|>")
 
     tags = [call(t.function) for t in tools]
@@ -512,10 +518,10 @@ def get_kimi_k3_structural_tag(tools=None, builtin_tools=None, tool_choice="auto
     def call(function):
         return _tag(f'{OPEN}call tool="{function.name}" index="',
                     _sequence([_regex(r"\d+"), _const(f'"{SEP}'),
-                               _json(_get_function_parameters(function), any_order,
-                                     max_whitespace_cnt, style="kimi_k3_xml",
-                                     excludes=_text_excludes(exclude_special_tokens,
-                                                             [OPEN, CLOSE, SEP]))]),
+                               _arguments(function, any_order, max_whitespace_cnt,
+                                          style="kimi_k3_xml",
+                                          excludes=_text_excludes(exclude_special_tokens,
+                                                                  [OPEN, CLOSE, SEP]))]),
                     f"{CLOSE}call{SEP}")
 
     tags = [call(t.function) for t in tools]
@@ -606,7 +612,7 @@ def get_deepseek_r1_structural_tag(tools=None, builtin_tools=None, tool_choice="
     def call(function, begin_prefix="", end_suffix=""):
         return _tag(f"{begin_prefix}{_DS_CALL_BEGIN}function{_DS_SEP}{function.name}"
                     f"{JSON_BEGIN}",
-                    _json(_get_function_parameters(function), any_order, max_whitespace_cnt),
+                    _arguments(function, any_order, max_whitespace_cnt),
                     f"{JSON_END}{_DS_CALL_END}{end_suffix}")
 
     suffix = _deepseek_calls(tools, tool_choice, call, "\n",
@@ -625,7 +631,7 @@ def get_deepseek_v3_1_structural_tag(tools=None, builtin_tools=None, tool_choice
 
     def call(function, begin_prefix="", end_suffix=""):
         return _tag(f"{begin_prefix}{_DS_CALL_BEGIN}{function.name}{_DS_SEP}",
-                    _json(_get_function_parameters(function), any_order, max_whitespace_cnt),
+                    _arguments(function, any_order, max_whitespace_cnt),
                     f"{_DS_CALL_END}{end_suffix}")
 
     suffix = _deepseek_calls(tools, tool_choice, call, "",
@@ -669,8 +675,7 @@ def get_qwen_3_5_structural_tag(tools=None, builtin_tools=None, tool_choice="aut
 
     def call(function):
         return _tag(f"<tool_call>\n<function={function.name}>\n",
-                    _json(_get_function_parameters(function), any_order, max_whitespace_cnt,
-                          style="qwen_xml"),
+                    _arguments(function, any_order, max_whitespace_cnt, style="qwen_xml"),
                     "\n</function>\n</tool_call>")
 
     suffix = _triggered_calls_tag(tools, tool_choice, call, "<tool_call>\n<function=",
@@ -734,7 +739,7 @@ def get_qwen_3_structural_tag(tools=None, builtin_tools=None, tool_choice="auto"
 
     def call(function):
         return _tag('<tool_call>\n{"name": "' + function.name + '", "arguments": ',
-                    _json(_get_function_parameters(function), any_order, max_whitespace_cnt),
+                    _arguments(function, any_order, max_whitespace_cnt),
                     "}\n</tool_call>")
 
     suffix = _triggered_calls_tag(tools, tool_choice, call, "<tool_call>", excludes, excludes,
@@ -840,7 +845,7 @@ def _dsml_calls(tools, tool_choice, *, invoke_begin_prefix, invoke_end, calls_be
 
     def invoke(function):
         return _tag(invoke_begin_prefix + function.name + '">\n',
-                    _json(_get_function_parameters(function), any_order, max_whitespace_cnt,
+                    _arguments(function, any_order, max_whitespace_cnt,
                           style=xml_style),
                     invoke_end)
 
@@ -989,8 +994,7 @@ def get_glm_4_7_structural_tag(tools=None, builtin_tools=None, tool_choice="auto
 
     def call(function):
         return _tag(f"<tool_call>{function.name}",
-                    _json(_get_function_parameters(function), any_order, max_whitespace_cnt,
-                          style="glm_xml"),
+                    _arguments(function, any_order, max_whitespace_cnt, style="glm_xml"),
                     "</tool_call>")
 
     suffix = _triggered_calls_tag(
@@ -1059,8 +1063,8 @@ def get_cohere_structural_tag(tools=None, builtin_tools=None, tool_choice="auto"
     def call(function):
         return _tag('<cofl:tool_call id="',
                     _sequence([_regex(r"\d+"), _const('" name="' + function.name + '">'),
-                               _json(_get_function_parameters(function), any_order,
-                                     max_whitespace_cnt, style="cohere_xml")]),
+                               _arguments(function, any_order, max_whitespace_cnt,
+                                          style="cohere_xml")]),
                     "</cofl:tool_call>")
 
     tags = [call(t.function) for t in tools]
@@ -1104,7 +1108,7 @@ def get_exaone_structural_tag(tools=None, builtin_tools=None, tool_choice="auto"
 
     def call(function):
         return _tag('<tool_call>{"name": "' + function.name + '", "arguments": ',
-                    _json(_get_function_parameters(function), any_order, max_whitespace_cnt),
+                    _arguments(function, any_order, max_whitespace_cnt),
                     "}</tool_call>")
 
     suffix = _triggered_calls_tag(tools, tool_choice, call, "<tool_call>", excludes, excludes,
