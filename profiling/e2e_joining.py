@@ -31,7 +31,6 @@ the mean, <= 5 % at p99) until entries are built lazily on the device.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +42,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MASKBENCH, percentile, print_table, write_json  # noqa: E402
 from e2e_decode import (QWEN_MODEL_VOCAB, DecodeState, Llama, Step,  # noqa: E402
-                        add_model_arguments, gxg_step, make_sampler, model_config, plain_step,
-                        synchronize, versions)
+                        add_model_arguments, gxg_step, load_schema, make_sampler, model_config,
+                        plain_step, synchronize, versions)
 
 from gxg import vocabularies  # noqa: E402
 from gxg.arena import ArenaCapacity  # noqa: E402
@@ -59,11 +58,6 @@ def schema_files(folder: Path, count: int) -> List[Path]:
     if len(files) < count:
         raise SystemExit(f"{folder} holds {len(files)} MaskBench files, {count} needed")
     return [files[i * len(files) // count] for i in range(count)]
-
-
-def load(path: Path) -> dict:
-    doc = json.loads(path.read_text())
-    return doc["schema"] if isinstance(doc, dict) and "tests" in doc else doc
 
 
 def timed_steps(step, st: DecodeState, steps: int, before_step=None) -> List[float]:
@@ -101,7 +95,7 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
 
     files = schema_files(Path(args.maskbench), args.schemas)
     compiler = GrammarCompiler(info, cache_enabled=False)
-    first = [compiler.compile_json_schema(load(f), strict_mode=False) for f in files[:b]]
+    first = [compiler.compile_json_schema(load_schema(f), strict_mode=False) for f in files[:b]]
     batch = GrammarBatch(info, device=device, max_batch=b,
                          capacity=ArenaCapacity(max_grammars=2 * b + 2, nodes=1 << 18,
                                                 next_entries=1 << 23, accept_rows=4096,
@@ -123,7 +117,7 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
         if path is None:
             return
         t0 = time.perf_counter()
-        compiled = compiler.compile_json_schema(load(path), strict_mode=False)
+        compiled = compiler.compile_json_schema(load_schema(path), strict_mode=False)
         t1 = time.perf_counter()
         old, gids[slot] = gids[slot], batch.bind(slot, compiled)
         if old not in gids:  # the replaced grammar leaves the arena
@@ -142,7 +136,7 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
 
     def prepare(path: Path):
         t0 = time.perf_counter()
-        compiled = compiler.compile_json_schema(load(path), strict_mode=False)
+        compiled = compiler.compile_json_schema(load_schema(path), strict_mode=False)
         t1 = time.perf_counter()
         batch.register_in_background(compiled).result()
         return compiled, 1e3 * (t1 - t0), 1e3 * (time.perf_counter() - t1)

@@ -1385,6 +1385,7 @@ class _NamedGrammars:
 
     def __init__(self, named: Optional[Dict[str, Union[Grammar, str]]], tokenizer_info=None):
         self.tokenizer_info = tokenizer_info
+        self._vocab = None  # its decoded vocabulary, read once (a new list per access)
         if named is None:
             named = {}
         if not isinstance(named, dict):
@@ -1420,7 +1421,7 @@ class _NamedGrammars:
         return TokenSet(ids)
 
     def _decoded_vocab(self):
-        if not hasattr(self, "_vocab"):  # a new list per access of decoded_vocab: read once
+        if self._vocab is None:
             self._vocab = self.tokenizer_info.decoded_vocab
         return self._vocab
 
