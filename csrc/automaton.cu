@@ -17,13 +17,14 @@
 //                  top scanning into a plain node skips the closure: its node and the pool
 //                  size stay in registers, one entry is written); a token-node top whose
 //                  set holds the token (token_moves) adds its move to the last byte's
-//                  closure; reads the
+//                  closure; at the token's end the token budgets count it (count_token:
+//                  one pass over the tops, a new frame + top per counted top); reads the
 //                  automaton tables (L1/L2 resident: a grammar is KBs) and the slot's pool;
 //                  writes O(new entries) pool words + one history record (K+5 ints).
 //   xg_accept_tokens  same grid: xg_accept's step for each token of the slot's row, up to the
 //                  first rejected (a speculative verify in one launch).
 //   xg_reset       same grid; the warp clears the slot's pool index (PI ints), then lane 0
-//                  closes the root start.
+//                  closes the root start (and counts the boundary there for token budgets).
 //   xg_rollback    grid ceil(B/64) x 64, one thread per slot; restores a history record
 //                  (K+5 ints per step rolled back; no divergence to speak of).
 //   xg_uncertain   grid B x 64 threads: one block per slot; for each live top, one thread per
@@ -433,9 +434,56 @@ __device__ int token_moves(const Slot& s, int token, int* work, int at) {
   return count;
 }
 
+// Token budgets (gxg/compiler/automaton.py): the token boundary after a token or a reset, as
+// ops/reference.py _count_token does it, entry for entry. A top whose parent frame is a
+// counter that is not the last moves under the next counter (a frame found in or added to the
+// pool index, then a new top entry); a top under the last counter is exhausted, and the
+// exhausted tops are dropped unless nothing else is left (no other top, the grammar cannot
+// end). Rewrites ``tops`` in place (order kept, a moved top equal to a kept one dropped);
+// returns the new count, or -1 with *error set (pool full).
+__device__ int count_token(Slot& s, int* tops, int num, int can_end, int* error) {
+  const int* count_next = ptr<const int>(s.t, P_NODE_COUNT_NEXT) + s.base;
+  bool counted = false, all_spent = true;
+  for (int k = 0; k < num; ++k) {
+    int parent = s.pool_parent[tops[k]];
+    int counter = parent >= 0 ? s.pool_node[parent] : -1;
+    int target = counter >= 0 ? count_next[counter] : -1;
+    counted |= target >= 0;
+    all_spent &= target >= 0 && target == counter;
+  }
+  if (!counted) return num;
+  bool drop_spent = can_end || !all_spent;
+  int out = 0;
+  for (int k = 0; k < num; ++k) {
+    int entry = tops[k];
+    int node = s.pool_node[entry], parent = s.pool_parent[entry];
+    int counter = parent >= 0 ? s.pool_node[parent] : -1;
+    int target = counter >= 0 ? count_next[counter] : -1;
+    bool spent = target >= 0 && target == counter;
+    if (spent && drop_spent) continue;
+    if (target >= 0 && !spent) {
+      parent = entry_for(s, target, s.pool_parent[parent], *s.pool_size, true, error);
+      if (parent < 0) return -1;
+      entry = -1;
+    }
+    bool seen = false;
+    for (int i = 0; i < out && !seen; ++i)
+      seen = s.pool_node[tops[i]] == node && s.pool_parent[tops[i]] == parent;
+    if (seen) continue;
+    if (entry < 0) {
+      entry = entry_for(s, node, parent, *s.pool_size, false, error);
+      if (entry < 0) return -1;
+    }
+    tops[out++] = entry;
+  }
+  return out;
+}
+
 // ``token``: the id whose bytes ``data`` are, when the grammar has token nodes (its token-node
 // moves join the last byte's closure), else -1 (a string, or no token node to move).
-__device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int token) {
+// ``counting``: the step is a token of a grammar with token budgets (count_token at its end).
+__device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int token,
+                             bool counting) {
   const u64* t = s.t;
   int b = s.b, K = s.lim.K;
   int* error_p = ptr<int>(t, P_ERROR) + b;
@@ -509,6 +557,11 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int
     num = count;
     int* swap = cur; cur = nxt; nxt = swap;
   }
+  if (counting) {
+    int error = 0;
+    num = count_token(s, cur, num, can_end, &error);
+    if (num < 0) { *s.pool_size = base_size; *error_p = error; return false; }
+  }
   if (num == 0 && !can_end) { *s.pool_size = base_size; return false; }
   compact_window(s, base_size, cur, num);
   int new_size = *s.pool_size;
@@ -526,7 +579,7 @@ __device__ bool accept_one(const u64* t, Slot& s, long long token) {
   int b = s.b;
   // read with the checks below, so its latency overlaps theirs: a grammar without token
   // nodes skips the scan of the tops for token moves
-  int token_nodes = ptr<const int>(t, P_GRAMMAR_TOKEN_NODES)[s.grammar];
+  int token_steps = ptr<const int>(t, P_GRAMMAR_TOKEN_STEPS)[s.grammar];
   signed char* terminated = ptr<signed char>(t, P_TERMINATED) + b;
   if (token < 0 || token >= s.lim.V || *terminated || ptr<int>(t, P_ERROR)[b]) return false;
   if (ptr<const signed char>(t, P_IS_STOP)[token]) {
@@ -540,7 +593,8 @@ __device__ bool accept_one(const u64* t, Slot& s, long long token) {
   if (hi == lo) return false;  // special: empty bytes or padding
   s.indexed = 0;  // the step's record of indexed frames starts empty
   return accept_bytes(s, ptr<const unsigned char>(t, P_ID_BYTES) + lo, hi - lo,
-                      token_nodes > 0 ? (int)token : -1);
+                      (token_steps & TOKEN_MOVES) ? (int)token : -1,
+                      (token_steps & COUNT_TOKENS) != 0);
 }
 
 extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token_ids,
@@ -592,6 +646,8 @@ extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
   int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
   int can_end = 0, error = 0;
   int count = close(s, work, 1, tops, &can_end, &error);
+  if (count >= 0 && (ptr<const int>(t, P_GRAMMAR_TOKEN_STEPS)[s.grammar] & COUNT_TOKENS))
+    count = count_token(s, tops, count, can_end, &error);  // the first token starts here
   if (count < 0) {
     ptr<int>(t, P_ERROR)[b] = error;
     *s.pool_size = 0;
@@ -931,7 +987,8 @@ __device__ bool walk_fits(const Slot& s, const int* tops, int num_tops, const in
                           const unsigned char* bytes, int lo, int hi, long long spare,
                           int token) {
   const int* token_next = ptr<const int>(s.t, P_NODE_TOKEN_NEXT);
-  bool has_token_nodes = ptr<const int>(s.t, P_GRAMMAR_TOKEN_NODES)[s.grammar] > 0;
+  bool has_token_nodes =
+      (ptr<const int>(s.t, P_GRAMMAR_TOKEN_STEPS)[s.grammar] & TOKEN_MOVES) != 0;
   for (int k = 0; k < num_tops; ++k) {
     int node = s.pool_node[tops[k]];
     int target = has_token_nodes ? token_next[s.base + node] : -1;

@@ -27,7 +27,9 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
     grammar_classes    int32  [G]      number of byte classes C_g
     grammar_max_rise   int32  [G]      bound on one byte's rise of a stack's completion
                                        distance (-1: none)
-    grammar_token_nodes int32 [G]      number of token nodes (0: accept skips token moves)
+    grammar_token_steps int32 [G]      what a token's end adds to accept: bit TOKEN_MOVES (the
+                                       grammar has token nodes), bit COUNT_TOKENS (it has
+                                       token-budget counters); 0: nothing
     grammar_nodes      int32  [G]      number of nodes
     grammar_generation int32  [G]      bumped by every register of the id: the CPU kernels'
                                        cached host tables of the id are current while it is
@@ -48,6 +50,9 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
     node_token_next    int32  [N]      a token node's move target (local), -1 for other nodes;
                                        a token is in the node's set iff its bit is set in the
                                        node's accept row (``gxg.compiler.automaton``)
+    node_count_next    int32  [N]      a counter node's next counter (local; itself for the
+                                       last), -1 for other nodes (``gxg.compiler.automaton``,
+                                       token budgets)
   accept_rows          int32  [R, W]   dense accept rows (deduplicated per grammar)
   uncertain_tokens     int32  [U]      sorted-vocabulary indices
   second level (``ContextPairs``: a node's uncertain tokens given the node below it)
@@ -86,7 +91,8 @@ ARENA_FIELDS = tuple(layout.names("arena"))
 # capacity and filled by ``register``. Empty entries of these start at FILL (else 0).
 VOCABULARY_FIELDS = ("token_bytes", "token_offsets", "sorted_token_ids", "id_offsets",
                      "id_bytes", "is_stop", "stop_words", "ids_by_length")
-FILL = {"next_flat": -1, "node_row": -1, "grammar_classes": 1, "node_token_next": -1}
+FILL = {"next_flat": -1, "node_row": -1, "grammar_classes": 1, "node_token_next": -1,
+        "node_count_next": -1}
 
 
 def _bytes_per(dim: str) -> int:
@@ -332,7 +338,10 @@ class DeviceArena:
         put(self.node_flags, node_base, flags)
         put(self.node_rule, node_base, a.node_rule)
         put(self.node_token_next, node_base, a.token_next)
-        self.grammar_token_nodes[gid] = len(a.token_nodes)
+        put(self.node_count_next, node_base, a.token_count_next)
+        self.grammar_token_steps[gid] = (
+            (layout.KERNEL_CONSTANTS["TOKEN_MOVES"] if len(a.token_nodes) else 0)
+            | (layout.KERNEL_CONSTANTS["COUNT_TOKENS"] if (a.token_count_next >= 0).any() else 0))
         put(self.node_ref_lo, node_base, ref_base + a.ref_offsets[:-1])
         put(self.node_ref_hi, node_base, ref_base + a.ref_offsets[1:])
         put(self.ref_start, ref_base, a.rule_start[a.ref_rule])

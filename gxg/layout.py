@@ -136,8 +136,11 @@ BUFFERS: Tuple[Buffer, ...] = (
     _arena("pair_unc_tokens", "int32", ("A",)),
     _arena("node_distance", "int32", ("N",), "fewest bytes to complete the node's rule"),
     _arena("grammar_max_rise", "int32", ("G",), "bound on one byte's distance rise (-1: none)"),
-    _arena("grammar_token_nodes", "int32", ("G",),
-           "token nodes of the grammar (0: accept skips the token-level moves)"),
+    _arena("grammar_token_steps", "int32", ("G",),
+           "what a token's end adds to accept: TOKEN_MOVES (token nodes), COUNT_TOKENS (token "
+           "budgets); 0: nothing (one read for both)"),
+    _arena("node_count_next", "int32", ("N",),
+           "a counter node's next counter (local; itself for the last; -1: not a counter)"),
     _arena("ids_by_length", "int32", ("V",), "token ids by byte length, longest first"),
     # what the CPU kernels read besides (``gxg.ops.arena_tables`` rebuilds a grammar's host
     # tables from the buffers above and these)
@@ -192,6 +195,8 @@ KERNEL_CONSTANTS = {
     "POOL_INDEX_PROBES": 8,  # slots of pool_index one lookup or insert looks at
     "POOL_INDEX_EMPTY": -1,  # a pool_index slot never used since the last clear (ends a probe)
     "POOL_INDEX_TOMBSTONE": -2,  # a pool_index slot whose entry was moved or dropped
+    "TOKEN_MOVES": 1,   # grammar_token_steps bit: the grammar has token nodes
+    "COUNT_TOKENS": 2,  # grammar_token_steps bit: the grammar has token-budget counters
 }
 
 #: The pool index's hash (``pool_index_slot``; cuda_header() writes the same in C).

@@ -59,6 +59,7 @@ class ArenaAutomaton:
     rule_start: np.ndarray
     root_rule: int
     token_next: np.ndarray
+    token_count_next: np.ndarray
 
     num_nodes = Automaton.num_nodes
     num_classes = Automaton.num_classes
@@ -110,7 +111,8 @@ def automaton_of(b: Dict[str, np.ndarray], g: int) -> ArenaAutomaton:
         node_rule=node_rule,
         rule_start=rule_start,
         root_rule=int(node_rule[int(b["grammar_root"][g])]),
-        token_next=b["node_token_next"][nodes].copy())
+        token_next=b["node_token_next"][nodes].copy(),
+        token_count_next=b["node_count_next"][nodes].copy())
 
 
 def mask_layout_of(b: Dict[str, np.ndarray], g: int) -> KernelMaskLayout:

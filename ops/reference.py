@@ -149,6 +149,7 @@ class HostTables:
         self.layout = layout
         self.lists = a.lists  # the byte loop's tables, shared with the automaton's walkers
         self.has_token_nodes = any(target >= 0 for target in self.lists.token_next)
+        self.has_counters = any(target >= 0 for target in self.lists.token_count_next)
         self.root_start = int(a.rule_start[a.root_rule])
         v = vocabulary
         self.vocabulary = v
@@ -357,6 +358,66 @@ def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int,
     return tops, can_end
 
 
+def _count_token(state: RuntimeState, slot: int, t: HostTables, tops: List[int], can_end: bool,
+                 indexed: Dict[int, int]) -> List[int]:
+    """A token boundary (after a token, after a reset) for the token budgets
+    (``gxg.compiler.automaton``): a top whose parent frame is a counter that is not the last
+    moves to the next counter (a new frame, hash-consed like a closure's, under a new top
+    entry); a top under the last counter is *exhausted* (its occurrence has N tokens). The
+    exhausted tops are dropped when anything else is left (another top, or the end of the
+    grammar); when nothing is, they are all kept (XGrammar's best effort: the occurrences go on
+    until one can end). The tops keep their order; a moved top equal to a kept one is dropped."""
+    count_next = t.lists.token_count_next
+    pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
+    moves = []
+    for entry in tops:
+        parent = int(pool_parent[entry])
+        counter = int(pool_node[parent]) if parent >= 0 else -1
+        moves.append(count_next[counter] if counter >= 0 else -1)
+    if all(target < 0 for target in moves):
+        return tops
+    exhausted = [target >= 0 and target == int(pool_node[pool_parent[entry]])
+                 for entry, target in zip(tops, moves)]
+    drop_exhausted = can_end or not all(exhausted)
+    out: List[int] = []
+    seen = set()
+    for entry, target, spent in zip(tops, moves, exhausted):
+        if spent and drop_exhausted:
+            continue
+        node, parent = int(pool_node[entry]), int(pool_parent[entry])
+        if target >= 0 and not spent:
+            parent = _frame_entry(state, slot, target, int(pool_parent[parent]), indexed)
+            entry = -1
+        if (node, parent) in seen:
+            continue
+        seen.add((node, parent))
+        out.append(entry if entry >= 0 else _new_entry(state, slot, node, parent))
+    return out
+
+
+def _frame_entry(state: RuntimeState, slot: int, node: int, parent: int,
+                 indexed: Dict[int, int]) -> int:
+    """The frame (node, parent): its entry from the pool index, or a new one put there."""
+    found, free = _index_probe(state, slot, node, parent)
+    if found >= 0:
+        return found
+    entry = _new_entry(state, slot, node, parent)
+    if free >= 0:
+        state.pool_index[slot, free] = entry
+        indexed[entry] = free
+    return entry
+
+
+def _new_entry(state: RuntimeState, slot: int, node: int, parent: int) -> int:
+    entry = int(state.pool_size[slot])
+    if entry >= state.limits.pool_entries:
+        raise StepFailed(ErrorCode.POOL_FULL)
+    state.pool_node[slot, entry] = node
+    state.pool_parent[slot, entry] = parent
+    state.pool_size[slot] = entry + 1
+    return entry
+
+
 def _plain_step(state: RuntimeState, slot: int, t: HostTables, entry: int, byte: int,
                 base: int, indexed: Dict[int, int]) -> Optional[int]:
     """One byte from a single top into a plain node (``AutomatonLists.is_plain``): the closure is
@@ -493,6 +554,8 @@ def reset(state: RuntimeState, slot: int, t: HostTables) -> None:
     state.error[slot] = 0
     try:
         tops, can_end = _close(state, slot, t, [(t.root_start, -1, -1)], {})
+        if t.has_counters:  # the first token starts here
+            tops = _count_token(state, slot, t, tops, can_end, {})
     except StepFailed as failed:
         state.error[slot] = failed.code
         state.pool_size[slot] = 0
@@ -539,7 +602,8 @@ def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes,
     """Consume ``data`` as one step; False (state unchanged) if some byte cannot be consumed.
     Hitting a limit also returns False and sets the slot's error code. ``token_id`` (>= 0: the
     step is that token, ``data`` its bytes): token-node tops whose set holds it move too, their
-    moves closed with the last byte's (``gxg.compiler.automaton``, token-level items)."""
+    moves closed with the last byte's (``gxg.compiler.automaton``, token-level items), and the
+    step ends at a token boundary, where token budgets count it (``_count_token``)."""
     if state.terminated[slot] or state.error[slot]:
         return False
     if state.pool_size[slot] > (3 * state.limits.pool_entries) // 4:
@@ -567,6 +631,8 @@ def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes,
                 state.pool_size[slot] = base
                 return False
             tops, can_end = result
+        if token_id >= 0 and t.has_counters:  # a token boundary (strings count no tokens)
+            tops = _count_token(state, slot, t, tops, can_end, indexed)
     except StepFailed as failed:
         state.pool_size[slot] = base
         state.error[slot] = failed.code

@@ -1,4 +1,5 @@
-"""Comparing two batches' runtime states field by field (the CUDA ops against the CPU ops)."""
+"""Batch test helpers: comparing two batches' runtime states field by field (the CUDA ops against
+the CPU ops), a batch against one matcher per slot, and whole CPU-vs-CUDA runs (eager, graphs)."""
 from __future__ import annotations
 
 import numpy as np
@@ -99,3 +100,76 @@ def run_with_rollbacks(batch: GrammarBatch, grammars, steps: int, seed: int, cho
             counts = [rng.randrange(3) for _ in range(batch.max_batch)]
             batch.rollback(torch.tensor(counts, dtype=torch.int64, device=batch.device))
             check("rollback", bitmask)
+
+
+def random_allowed(rows, rng, vocab_size: int) -> list:
+    """One random allowed token per filled row (0 where none is)."""
+    from mask_oracles import mask_to_bool
+    return [int(rng.choice(np.flatnonzero(mask_to_bool(row, vocab_size)).tolist() or [0]))
+            for row in rows]
+
+
+def cpu_batch_equals_matchers(info, grammars, vocab_size: int, steps: int, seed: int) -> None:
+    """A CPU batch with one slot per grammar against one matcher per slot: the same masks, the
+    same verdicts and stacks, along random allowed tokens."""
+    import random
+    import torch
+    from gxg.matcher import GrammarMatcher
+    batch = GrammarBatch(info, device="cpu", max_batch=len(grammars))
+    matchers = [GrammarMatcher(grammar) for grammar in grammars]
+    for slot, grammar in enumerate(grammars):
+        batch.bind(slot, grammar)
+    rng = random.Random(seed)
+    bitmask = torch.zeros((len(grammars), (vocab_size + 31) // 32), dtype=torch.int32)
+    for step in range(steps):
+        batch.fill_next_token_bitmask(bitmask)
+        check_masks_against_matchers(bitmask, matchers, vocab_size, f"step {step}")
+        accept_against_matchers(batch, matchers, random_allowed(bitmask.numpy(), rng,
+                                                                vocab_size))
+
+
+def cuda_runs_equal_cpu_runs(info, grammars, vocab_size: int, steps: int, seed: int) -> None:
+    """``run_with_rollbacks`` on a CPU batch and on a CUDA batch (history 8): every mask equal,
+    then every state field."""
+    from gxg.runtime import RuntimeLimits
+    batches = [GrammarBatch(info, device=d, max_batch=len(grammars),
+                            limits=RuntimeLimits(history=8)) for d in ("cpu", "cuda")]
+    logs = [[], []]
+
+    def recorder(log):
+        return lambda what, bitmask: log.append((what, bitmask.cpu().numpy().copy()))
+    for batch, log in zip(batches, logs):
+        run_with_rollbacks(batch, grammars, steps, seed,
+                           lambda rows, rng: random_allowed(rows, rng, vocab_size),
+                           recorder(log))
+    for step, ((what, m0), (_, m1)) in enumerate(zip(*logs)):
+        np.testing.assert_array_equal(m0, m1, err_msg=f"{what} {step}")
+    compare_states(*batches, where="end")
+
+
+def cuda_graph_replays_equal_cpu(info, grammars, vocab_size: int, steps: int, seed: int
+                                 ) -> None:
+    """accept + fill captured once in a CUDA graph, replayed with each step's tokens (chosen
+    from the CPU batch's masks): the same masks and states as the CPU batch."""
+    import random
+    import torch
+    b, words = len(grammars), (vocab_size + 31) // 32
+    cpu = GrammarBatch(info, device="cpu", max_batch=b)
+    gpu = GrammarBatch(info, device="cuda", max_batch=b, eager_graphs=False)
+    warm = GrammarBatch(info, device="cuda", max_batch=b, eager_graphs=False)
+    for batch in (cpu, gpu, warm):
+        for slot, grammar in enumerate(grammars):
+            batch.bind(slot, grammar)
+    tokens = torch.zeros(b, dtype=torch.int64, device="cuda")
+    bitmask = torch.zeros((b, words), dtype=torch.int32, device="cuda")
+    graph = capture_accept_then_fill(gpu, warm, tokens, bitmask)
+    rng = random.Random(seed)
+    cpu_mask = torch.zeros((b, words), dtype=torch.int32)
+    for step in range(steps):
+        cpu.fill_next_token_bitmask(cpu_mask)
+        np.testing.assert_array_equal(bitmask.cpu().numpy(), cpu_mask.numpy(), err_msg=str(step))
+        chosen = random_allowed(cpu_mask.numpy(), rng, vocab_size)
+        cpu.accept(torch.tensor(chosen))
+        tokens.copy_(torch.tensor(chosen))
+        graph.replay()
+    compare_states(cpu, gpu, where="after the replays")

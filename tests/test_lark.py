@@ -573,7 +573,7 @@ ERRORS = [
     ("start: <[3-2]>", "invalid numeric special-token range '3-2'", 1, 8, "error"),
     ("start: <[x]>", "invalid numeric special-token range 'x'", 1, 8, "error"),
     ("start: <[-1]>", "invalid numeric special-token range '-1'", 1, 8, "error"),
-    ('start: x\nx[max_tokens=3]: "a"', "max_tokens", 2, 3, "accepts"),
+    ('start: x\nx[max_tokens=3]: "(" x ")" | ""', "need a regular body", 2, 1, "accepts"),
     ('start: x\nx[lazy]: "(" x ")" | ""', "need a regular body", 2, 1, "error"),
     ('start: x\nx[max_chars=2]: "(" x ")" | ""', "need a regular body", 2, 1, "accepts"),
 ]

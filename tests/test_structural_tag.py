@@ -5,7 +5,8 @@ Specification tables (a structural tag, strings it must accept, strings it must 
 checked through gxg's whole pipeline on the CPU (structural tag -> IR -> passes -> automaton ->
 matcher) and, when XGrammar is installed, the same strings through XGrammar 0.2.8. Then a few
 realistic tool-calling tags, token masks equal to XGrammar's along random walks, the input
-forms, the refused region budgets (`max_tokens`) and invalid input.
+forms and invalid input. (The token budgets of ``any_text`` count tokens, which strings do not
+have: tests/test_rule_token_budgets.py.)
 """
 from __future__ import annotations
 
@@ -101,6 +102,9 @@ TABLES = {
         (any_text(max_chars=3), ["", "abc", "ééé"], ["abcd"]),
         (any_text(max_chars=3, excludes=["b"]), ["", "acd"], ["abc", "acdd"]),
         (any_text(max_tokens=0), [""], ["a"]),
+        # a string counts no tokens: the language is any_text's own
+        (any_text(max_tokens=2), ["", "a long text of many tokens"], []),
+        (any_text(max_tokens=1, excludes=["x"]), ["", "abc"], ["x"]),
         # inside a tag, the tag's end strings are excluded wherever the any_text stands
         (tag("<a>", any_text(), "</a>"), ["<a></a>", "<a>x<b></a>"],
          ["<a>x</a>y</a>", "<a>x"]),
@@ -410,19 +414,6 @@ def test_masks_equal_xgrammar_along_random_walks():
 # ----------------------------------------------------------------------------- refusals, errors
 
 # (the token-level formats are supported: tests/test_token_items_frontend.py)
-TOKEN_BUDGETS = [
-    pytest.param({"type": "sequence", "elements": [X, any_text(max_tokens=5)]},
-                 "$.format.elements[1].max_tokens", id="any_text-max_tokens"),
-]
-
-
-@pytest.mark.parametrize("fmt, path", TOKEN_BUDGETS)
-def test_token_budgets_of_regions_are_refused(fmt, path):
-    with pytest.raises(GrammarError, match="token budget") as info:
-        Grammar.from_structural_tag(_tag(fmt))
-    assert str(info.value).startswith(path + ":")
-
-
 BAD = [
     ("not json", "$"),
     ("[]", "$"),

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 import torch
 
-from batch_states import (accept_against_matchers, capture_accept_then_fill,
-                          check_masks_against_matchers, compare_states, run_with_rollbacks)
+from batch_states import cpu_batch_equals_matchers, cuda_graph_replays_equal_cpu
+from batch_states import cuda_runs_equal_cpu_runs
+from batch_states import random_allowed as batch_random_allowed
 from gxg.batch import GrammarBatch
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask
-from gxg.runtime import RuntimeLimits
 from gxg.tokenizer import TokenizerInfo, VocabType
 from mask_oracles import mask_to_bool
 from xgrammar_oracle import needs_xgrammar
@@ -182,24 +182,11 @@ def test_token_budgeted_regions_equal_xgrammar(info, fmt, seed):
 
 
 def random_allowed(rows, rng) -> list:
-    """One random allowed token per row (0 where none is)."""
-    return [int(rng.choice(np.flatnonzero(mask_to_bool(row, VOCAB_SIZE)).tolist() or [0]))
-            for row in rows]
+    return batch_random_allowed(rows, rng, VOCAB_SIZE)
 
 
 def test_cpu_batch_equals_one_matcher_per_slot(info, compiled):
-    grammars = list(compiled.values())
-    b = len(grammars)
-    batch = GrammarBatch(info, device="cpu", max_batch=b)
-    matchers = [GrammarMatcher(grammars[slot]) for slot in range(b)]
-    for slot in range(b):
-        batch.bind(slot, grammars[slot])
-    rng = random.Random(5)
-    bitmask = torch.zeros((b, (VOCAB_SIZE + 31) // 32), dtype=torch.int32)
-    for step in range(40):
-        batch.fill_next_token_bitmask(bitmask)
-        check_masks_against_matchers(bitmask, matchers, VOCAB_SIZE, f"step {step}")
-        accept_against_matchers(batch, matchers, random_allowed(bitmask.numpy(), rng))
+    cpu_batch_equals_matchers(info, list(compiled.values()), VOCAB_SIZE, 40, seed=5)
 
 
 # "free tokens then a call": ExcludeToken(6, 17)* Token(6) "{" [a-z]* "}" Token(7). A token
@@ -256,46 +243,13 @@ def test_cuda_token_budgets_equal_the_cpu_ops(info, compiled):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_cuda_ops_equal_the_cpu_ops(info, compiled, seed):
-    grammars = list(compiled.values())
-    batches = [GrammarBatch(info, device=d, max_batch=9, limits=RuntimeLimits(history=8))
-               for d in ("cpu", "cuda")]
-    logs = [[], []]
-
-    def recorder(log):
-        return lambda what, bitmask: log.append((what, bitmask.cpu().numpy().copy()))
-    for i, batch in enumerate(batches):
-        run_with_rollbacks(batch, grammars, 40, seed, random_allowed, recorder(logs[i]))
-    for step, ((what, m0), (_, m1)) in enumerate(zip(*logs)):
-        np.testing.assert_array_equal(m0, m1, err_msg=f"{what} {step}")
-    compare_states(*batches, where="end")
+    cuda_runs_equal_cpu_runs(info, list(compiled.values()), VOCAB_SIZE, 40, seed)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_graph_replays_equal_the_cpu_ops(info, compiled):
-    """accept + fill captured once, replayed with each step's tokens (chosen from the CPU
-    batch's masks): the same masks and states as the CPU batch."""
-    grammars = list(compiled.values())
-    b, words = len(grammars), (VOCAB_SIZE + 31) // 32
-    cpu = GrammarBatch(info, device="cpu", max_batch=b)
-    gpu = GrammarBatch(info, device="cuda", max_batch=b, eager_graphs=False)
-    warm = GrammarBatch(info, device="cuda", max_batch=b, eager_graphs=False)
-    for batch in (cpu, gpu, warm):
-        for slot in range(b):
-            batch.bind(slot, grammars[slot])
-    tokens = torch.zeros(b, dtype=torch.int64, device="cuda")
-    bitmask = torch.zeros((b, words), dtype=torch.int32, device="cuda")
-    graph = capture_accept_then_fill(gpu, warm, tokens, bitmask)
-    rng = random.Random(3)
-    cpu_mask = torch.zeros((b, words), dtype=torch.int32)
-    for step in range(40):
-        cpu.fill_next_token_bitmask(cpu_mask)
-        np.testing.assert_array_equal(bitmask.cpu().numpy(), cpu_mask.numpy(), err_msg=str(step))
-        chosen = random_allowed(cpu_mask.numpy(), rng)
-        cpu.accept(torch.tensor(chosen))
-        tokens.copy_(torch.tensor(chosen))
-        graph.replay()
-    compare_states(cpu, gpu, where="after the replays")
+    cuda_graph_replays_equal_cpu(info, list(compiled.values()), VOCAB_SIZE, 40, seed=3)
 
 
 def test_serialized_grammars_keep_their_token_items(info, compiled):

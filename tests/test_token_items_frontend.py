@@ -598,10 +598,6 @@ STRUCTURAL_ERRORS = [
     (tag("<a>", {"type": "any_tokens"}, ""), False, "$.format.end",
      "at least one end string must be non-empty", REJECTS),
     ({"type": "token_dispatch", "rules": []}, False, "$.format.rules", "non-empty", REJECTS),
-    # a token budget over free text is a rule attribute in XGrammar, kept while decoding,
-    # which gxg does not support (any_tokens' budget is a bounded repetition: test_token_items)
-    ({"type": "any_text", "max_tokens": 3}, False, "$.format.max_tokens", "token budget",
-     ACCEPTS),
 ]
 STRUCTURAL_ERROR_IDS = [f"{path} {fragment}" for _, _, path, fragment, _ in STRUCTURAL_ERRORS]
 

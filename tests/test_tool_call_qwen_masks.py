@@ -134,3 +134,43 @@ def test_token_level_tags_equal_xgrammar(qwen):
             np.testing.assert_array_equal(got, want, err_msg=f"walk {walk} step {step}")
         walk_both(GrammarMatcher(ours), xgr.GrammarMatcher(theirs), info.vocab_size, trace,
                   leave_at, rng, compare, lambda got: np.flatnonzero(got).tolist())
+
+
+# A reasoning section under a token budget (any_text with max_tokens: tests/
+# test_rule_token_budgets.py) before the tool calls: once the section has its 8 tokens it must
+# end at the first token boundary where it can, in both engines. The free text differs only as
+# above (XGrammar also allows tokens that are not UTF-8).
+BUDGETED_REASONING = json.dumps({"type": "structural_tag", "format": {
+    "type": "sequence", "elements": [
+        {"type": "tag", "begin": "<think>", "content": {"type": "any_text", "max_tokens": 8},
+         "end": "</think>"},
+        {"type": "triggered_tags", "triggers": ["<tool_call>"], "tags": [
+            {"type": "tag", "begin": "<tool_call>\n", "content": {
+                "type": "json_schema", "json_schema": TOOLS[0]["function"]["parameters"]},
+             "end": "\n</tool_call>"}]}]}})
+
+
+def test_budgeted_reasoning_equals_xgrammar(qwen):
+    info, tokenizer, compiler, xcompiler = qwen
+    vocab = info.decoded_vocab  # (a new list at each access)
+    ours, theirs = compiler.compile_structural_tag(BUDGETED_REASONING), \
+        xcompiler.compile_structural_tag(BUDGETED_REASONING)
+    text = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    call = text("<think>Weather in Paris.</think>Sure. <tool_call>\n" + WEATHER
+                + "\n</tool_call> Done.")
+    spent = text("<think>") + text(" one two three four five six seven eight")
+    assert len(spent) - len(text("<think>")) == 8
+    rng = random.Random(11)
+    narrowed = []
+    for walk, (trace, leave_at) in enumerate([(call, None), (spent, len(spent))]
+                                             + [(call, rng.randrange(1, 6)) for _ in range(4)]):
+        def compare(got, want, step):
+            if trace is spent and step == len(spent):  # 8 tokens in: the section must end
+                narrowed.append(all(vocab[t].startswith(b"<") for t in np.flatnonzero(got)))
+            for token in np.flatnonzero(got != want).tolist():
+                assert want[token] and not got[token] and not is_utf8(vocab[token]), \
+                    f"walk {walk} step {step}: token {token} {vocab[token]}"
+        walk_both(GrammarMatcher(ours), xgr.GrammarMatcher(theirs), info.vocab_size, trace,
+                  leave_at, rng, compare, lambda got: [t for t in np.flatnonzero(got).tolist()
+                                                     if is_utf8(vocab[t])])
+    assert narrowed == [True]

@@ -42,6 +42,8 @@ token_next      int32  [N]      token nodes: the node a token of the set moves t
 token_set_offsets int32 [K+1]   CSR over the K token sets of their ids (sorted)
 token_set_ids   int32  [..]
 token_set_negated bool [K]      the set is "every token but these" (``ExcludeToken``)
+token_count_next int32 [N]      counter nodes (below): the next counter, itself for the last;
+                                -1 for every other node
 node_rule       int32  [N]      rule of each node
 rule_start      int32  [R]      start node of each rule
 rule_nullable   bool   [R]      the rule derives the empty string
@@ -61,6 +63,27 @@ final node. A token t moves a stack whose top is a token node to ``token_next`` 
 set (the runtimes read membership from the node's accept row: the mask cache gives a token node
 exactly its set's matchable tokens); the bytes of a token never move it, so a token whose bytes
 reach a token node part-way dies there, and one that reaches it exactly at its end survives.
+
+Token budgets
+-------------
+A rule with ``max_tokens=N`` (``gxg.grammar.ir``) is built as two rules: the rule itself
+becomes ``R ::= R#counted`` and ``R#counted`` gets its body. The node that reference returns
+to is the first *counter node* C(-1): final, no edges, and never a pure return, so every
+occurrence of the rule keeps it as the frame right below its own top. N more counter nodes
+C(0) .. C(N-1) follow, one single-node rule each, after the token-set rules;
+``token_count_next`` chains them (the last to itself). At each token boundary (after a token
+is accepted, and after a reset: the first token starts there) the runtimes move every top
+whose parent frame is a counter to the next counter; a top under the last counter is
+*exhausted* (its occurrence has N tokens). As in XGrammar, the exhausted tops are dropped when
+anything else is left (another top, or the end of the grammar: an occurrence that can end has
+its exit among the tops, made by the closure), and all kept when nothing is (best effort: they
+go on until one can end). C(-1) counts nothing yet: a token that enters the rule part-way
+does not count, one that starts with it does.
+
+This needs the top of an occurrence right above its counter: the body must be right-linear
+(``gxg.grammar.rule_attributes`` writes it so): every reference reachable from ``R#counted``
+is a tail call, and none reaches a token set or a budgeted rule; the builder checks it and
+raises GrammarError otherwise.
 
 Construction (``build_automaton``)
 ----------------------------------
@@ -136,6 +159,7 @@ class AutomatonLists:
     # it is closes to itself alone (the accept's fast path, ops/reference.py _plain_step)
     is_plain: list
     token_next: list     # [N] a token node's move target, -1 (module docstring)
+    token_count_next: list  # [N] a counter node's next counter, -1 (module docstring)
 
     @staticmethod
     def of(a: "Automaton") -> "AutomatonLists":
@@ -158,7 +182,7 @@ class AutomatonLists:
             is_plain=[scans and not final and not node_refs and token_next < 0
                       for scans, final, node_refs, token_next
                       in zip(is_scannable, is_final, refs, token_next)],
-            token_next=token_next)
+            token_next=token_next, token_count_next=a.token_count_next.tolist())
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,8 +209,13 @@ class Automaton:
     token_set_offsets: Optional[np.ndarray] = None
     token_set_ids: Optional[np.ndarray] = None
     token_set_negated: Optional[np.ndarray] = None
+    # token budgets (module docstring); None (serialized before they existed): no counter
+    token_count_next: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
+        if self.token_count_next is None:
+            object.__setattr__(self, "token_count_next",
+                               np.full(self.next_node.shape[0], -1, dtype=np.int32))
         if self.token_set is None:
             none = np.full(self.next_node.shape[0], -1, dtype=np.int32)
             object.__setattr__(self, "token_set", none)
@@ -646,6 +675,12 @@ TOKEN_LETTER = 1 << 20
 def _token_rule_dfa() -> "_RuleDfa":
     """The rule of one token set: start --token--> final (module docstring)."""
     return _RuleDfa(cuts=[0], moves=[{TOKEN_LETTER: 1}, {}], final=[False, True])
+
+
+def _counter_rule_dfa() -> "_RuleDfa":
+    """The rule of one counter node of a token budget: a final node, no edge (module
+    docstring)."""
+    return _RuleDfa(cuts=[0], moves=[{}], final=[True])
 
 
 @dataclass
@@ -1208,11 +1243,16 @@ def _first_sets(reached: List[List[int]], left_calls: List[List[int]], callees_f
 
 
 def _lookahead_rule_name(name: str, taken: set) -> str:
-    candidate = f"{name}#lookahead"
-    counter = 1
+    return _unique_name(f"{name}#lookahead", taken)
+
+
+def _unique_name(base: str, taken: set) -> str:
+    """``base``, or ``base`` with the first free number after it; added to ``taken``."""
+    candidate, counter = base, 1
     while candidate in taken:
         counter += 1
-        candidate = f"{name}#lookahead{counter}"
+        candidate = f"{base}{counter}"
+    taken.add(candidate)
     return candidate
 
 
@@ -1249,11 +1289,20 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     for index, rule in enumerate(grammar.rules):
         if rule.lookahead is not None:
             lookahead[index] = len(bodies)
-            name = _lookahead_rule_name(rule.name, taken)
-            taken.add(name)
-            names.append(name)
+            names.append(_lookahead_rule_name(rule.name, taken))
             bodies.append(rule.lookahead)
             lookahead.append(-1)
+    # token budgets: R ::= R#counted, the body moved to R#counted (module docstring)
+    budgeted: List[Tuple[int, int, int]] = []  # (R, R#counted, max_tokens)
+    for index, rule in enumerate(grammar.rules):
+        if rule.max_tokens is not None:
+            name = _unique_name(f"{rule.name}#counted", taken)
+            rule_ids[name] = len(names)
+            budgeted.append((index, len(names), rule.max_tokens))
+            names.append(name)
+            bodies.append(bodies[index])
+            lookahead.append(-1)
+            bodies[index] = RuleRef(name)
     # token sets: one rule each, after the rules and lookaheads (module docstring), numbered
     # as the NFA builder first meets them (no extra pass over the expressions)
     token_rule_ids: Dict[TokenSet, int] = _FirstSeen(len(names))
@@ -1275,6 +1324,17 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
         names.append(name)
         lookahead.append(-1)
     dfas.extend(_token_rule_dfa() for _ in token_sets)
+    counters_base = len(dfas)  # then the counter rules C(0) .. C(N-1) of each budget
+    for index, _, max_tokens in budgeted:
+        if max_tokens > budget:
+            raise GrammarError(f"rule {names[index]!r}: the token budget max_tokens="
+                               f"{max_tokens} needs {max_tokens} counter nodes, more than "
+                               f"the {budget} left of max_nodes={max_nodes}")
+        budget -= max_tokens
+        for k in range(max_tokens):
+            names.append(_unique_name(f"{names[index]}#count{k}", taken))
+            lookahead.append(-1)
+        dfas.extend(_counter_rule_dfa() for _ in range(max_tokens))
 
     # 3-4: dead parts, then minimisation
     if not _nothing_can_be_dead(bodies, rule_ids, fragments):
@@ -1306,6 +1366,9 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     # a token node scans no byte but is a top: the next token may move it
     is_scannable = (next_node >= 0).any(axis=1) | (token_set >= 0)
     is_pure_return = is_final & ~is_scannable & (ref_counts == 0)
+    token_count_next = _counter_chains(budgeted, counters_base, starts, node_refs, token_set,
+                                       is_pure_return, [dfa.num_states for dfa in dfas], names)
+    is_pure_return &= token_count_next < 0  # a counter is a frame of its own
     sizes = [dfa.num_states for dfa in dfas]
     node_rule = np.repeat(np.arange(len(dfas), dtype=np.int32), sizes)
 
@@ -1336,7 +1399,57 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
         token_set_offsets=np.cumsum([0] + [len(ts.ids) for ts in token_sets]).astype(np.int32),
         token_set_ids=np.array([i for ts in token_sets for i in ts.ids], dtype=np.int32),
         token_set_negated=np.array([ts.negated for ts in token_sets], dtype=bool),
+        token_count_next=token_count_next,
     )
+
+
+def _counter_chains(budgeted: List[Tuple[int, int, int]], counters_base: int, starts: List[int],
+                    node_refs: List[List[Tuple[int, int]]], token_set: np.ndarray,
+                    is_pure_return: np.ndarray, sizes: List[int], names: List[str]
+                    ) -> np.ndarray:
+    """``token_count_next``: for each budgeted rule R, the chain C(-1) -> C(0) -> ... ->
+    C(N-1) -> C(N-1), where C(-1) is the node R's reference to R#counted returns to; after
+    checking that every occurrence's top sits right above its counter (module docstring)."""
+    chains = np.full(len(token_set), -1, dtype=np.int32)
+    wrappers = {index for index, _, _ in budgeted}
+    counter_rule = counters_base
+    for index, counted, max_tokens in budgeted:
+        counters = [starts[counter_rule + k] for k in range(max_tokens)]
+        counter_rule += max_tokens
+        refs = node_refs[starts[index]]
+        if not refs:  # R#counted derives nothing, and neither does R: no occurrence to count
+            continue
+        _check_right_linear(names[index], counted, wrappers, starts, sizes, node_refs,
+                            token_set, is_pure_return, names)
+        chain = [refs[0][1]] + counters
+        chains[chain[:-1]] = chain[1:]
+        chains[chain[-1]] = chain[-1]
+    return chains
+
+
+def _check_right_linear(name: str, counted: int, wrappers: set, starts: List[int],
+                        sizes: List[int], node_refs: List[List[Tuple[int, int]]],
+                        token_set: np.ndarray, is_pure_return: np.ndarray,
+                        names: List[str]) -> None:
+    """GrammarError unless every reference reachable from rule ``counted`` is a tail call to
+    a rule that is neither a token set nor budgeted (``wrappers``)."""
+    seen, pending = {counted}, [counted]
+    while pending:
+        rule = pending.pop()
+        for node in range(starts[rule], starts[rule] + sizes[rule]):
+            for callee, ret in node_refs[node]:
+                if token_set[starts[callee]] >= 0 or callee in wrappers \
+                        or not is_pure_return[ret]:
+                    what = ("a token item" if token_set[starts[callee]] >= 0 else
+                            f"the budgeted rule {names[callee]!r}" if callee in wrappers else
+                            f"a reference to {names[callee]!r} that is not a tail call")
+                    raise GrammarError(
+                        f"the token budget (max_tokens) of rule {name!r} needs a regular "
+                        f"body written with tail calls only (as the EBNF, Lark and "
+                        f"structural-tag readers write it); its body reaches {what}")
+                if callee not in seen:
+                    seen.add(callee)
+                    pending.append(callee)
 
 
 class _FirstSeen(dict):

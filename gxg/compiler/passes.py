@@ -293,6 +293,7 @@ class _LeftRecursionRewriter:
     def __init__(self, grammar: Grammar, nullable: Set[str]):
         self.root = grammar.root_rule_name
         self.lookaheads = {rule.name: rule.lookahead for rule in grammar.rules}
+        self.max_tokens = {rule.name: rule.max_tokens for rule in grammar.rules}
         self.bodies: Dict[str, Expr] = {rule.name: rule.body for rule in grammar.rules}
         # new rules go right after the rule they were made for
         self.added_after: Dict[str, List[str]] = {rule.name: [] for rule in grammar.rules}
@@ -310,7 +311,8 @@ class _LeftRecursionRewriter:
         pending = list(reversed(self.order))
         while pending:  # each rule, then (depth first) the rules made for it
             name = pending.pop()
-            rules.append(Rule(name, self.bodies[name], self.lookaheads.get(name)))
+            rules.append(Rule(name, self.bodies[name], self.lookaheads.get(name),
+                              self.max_tokens.get(name)))
             pending.extend(reversed(self.added_after[name]))
         return Grammar(tuple(rules), self.root)
 
@@ -577,7 +579,7 @@ def remove_dead_rules(grammar: Grammar) -> Grammar:
     # was most of this pass's time (profiling/RESULTS.md, compile time).
     rules = tuple(rule if (bodies[rule.name] is rule.body
                            and lookaheads[rule.name] is rule.lookahead)
-                  else Rule(rule.name, bodies[rule.name], lookaheads[rule.name])
+                  else rule.replaced(bodies[rule.name], lookaheads[rule.name])
                   for rule in grammar.rules if rule.name in reachable)
     if len(rules) == len(grammar.rules) and all(a is b for a, b in zip(rules, grammar.rules)):
         return grammar
@@ -635,7 +637,8 @@ def inline_small_rules(grammar: Grammar, *,
          Inlined rules are not deleted here (``remove_dead_rules`` drops the ones nothing
          references any more).
 
-    A rule is inlinable when it is not the root, has no lookahead, is not recursive (not on any
+    A rule is inlinable when it is not the root, has no lookahead and no token budget (an
+    occurrence of a budgeted rule is a frame of its own at run time), is not recursive (not on any
     reference cycle), has at most ``max_rule_size`` IR nodes and, after its own references were
     inlined, references no rule. Rules are visited callees first, so a rule that only
     references inlinable rules becomes inlinable itself. Applying the pass twice changes
@@ -656,9 +659,9 @@ def inline_small_rules(grammar: Grammar, *,
             lookahead = (None if rule.lookahead is None
                          else _inline_into(rule.lookahead, inlinable, max_result_size))
             if body is not rule.body or lookahead is not rule.lookahead:
-                rule = changed[name] = Rule(name, body, lookahead)  # normalises them once
+                rule = changed[name] = rule.replaced(body, lookahead)  # normalises them once
             if (not _is_cycle(component, graph) and name != grammar.root_rule_name
-                    and rule.lookahead is None and expr_size(rule.body) <= max_rule_size
+                    and rule.lookahead is None and rule.max_tokens is None and expr_size(rule.body) <= max_rule_size
                     and next(iter_rule_refs(rule.body), None) is None):
                 inlinable[name] = rule.body
     if not changed:

@@ -40,7 +40,7 @@ def _combine(grammars, node_type, what: str) -> Grammar:
         mapping = _unique_names(grammar, used, position)
         for rule in grammar.rules:
             rules.append(Rule(mapping[rule.name], rename_refs(rule.body, mapping),
-                              rename_refs(rule.lookahead, mapping)))
+                              rename_refs(rule.lookahead, mapping), rule.max_tokens))
         root_refs.append(RuleRef(mapping[grammar.root_rule_name]))
     root = Rule(ROOT, node_type(tuple(root_refs)))
     return Grammar((root, *rules), ROOT)

@@ -46,8 +46,9 @@ Deliberate differences from XGrammar 0.2.8:
   through tail calls, no token items); XGrammar enforces them while decoding, and takes
   ``lazy`` only on terminal-like bodies. ``max_chars`` is XGrammar's best effort: once the
   rule has N code points it ends as soon as it can (tests/test_rule_attributes.py lists the
-  few verdicts where XGrammar's runtime answers otherwise). ``max_tokens=N`` (a budget of
-  tokens, kept while decoding) is refused. A macro is only
+  few verdicts where XGrammar's runtime answers otherwise). ``max_tokens=N`` is a budget of
+  tokens kept while decoding (``Rule.max_tokens``), as in XGrammar, on the same regular
+  bodies. A macro is only
   recognised when its name is immediately followed by ``(``; otherwise the name is an ordinary
   rule name (XGrammar reserves the six macro names, so ``Token ::= "t"`` is an error there and
   ``Regex ("a")`` is a macro call).
@@ -828,25 +829,22 @@ def _rule_attributes(source: _Source, head: "_Token", offset: int) -> RuleAttrib
         raise source.error(offset, f"rule attributes follow the rule name with no space: "
                                    f"'{head.value}[...] ::='")
     end = source.text.index("]", offset)
-    lazy, max_chars, position = False, None, offset + 1
+    lazy, budgets, position = False, {"max_chars": None, "max_tokens": None}, offset + 1
     for part in source.text[offset + 1:end].split(","):
         match = _ATTRIBUTE.match(part)
         name, value = (match.group(1), match.group(2)) if match else (part.strip(), None)
         if name == "lazy" and match and value is None:
             lazy = True
-        elif name == "max_chars" and value is not None and int(value) >= 0:
-            max_chars = int(value)
-        elif name == "max_tokens":
-            raise source.error(position, "the rule attribute max_tokens (a token budget kept "
-                                         "while decoding) is not supported by gxg")
-        elif name in ("lazy", "max_chars"):
+        elif name in budgets and value is not None and int(value) >= 0:
+            budgets[name] = int(value)
+        elif name in ("lazy", "max_chars", "max_tokens"):
             raise source.error(position, f"invalid rule attribute {part.strip()!r}: write "
-                                         "'lazy' or 'max_chars=N' (N >= 0)")
+                                         "'lazy', 'max_chars=N' or 'max_tokens=N' (N >= 0)")
         else:
             raise source.error(position, f"unknown rule attribute {part.strip()!r} (gxg knows "
-                                         "'lazy' and 'max_chars=N')")
+                                         "'lazy', 'max_chars=N' and 'max_tokens=N')")
         position += len(part) + 1
-    return RuleAttributes(lazy, max_chars)
+    return RuleAttributes(lazy, budgets["max_chars"], budgets["max_tokens"])
 
 
 def _apply_attributes(definitions, parser: "_Parser", source: _Source,
@@ -896,7 +894,9 @@ def parse_ebnf(text: str, *, root_rule_name: str = "root") -> Grammar:
     if parser.attributes:
         definitions = _apply_attributes(definitions, parser, source, defined_at)
     try:
-        rules = tuple(Rule(name, body, lookahead) for name, body, lookahead in definitions)
+        rules = tuple(Rule(name, body, lookahead,
+                           getattr(parser.attributes.get(name), "max_tokens", None))
+                      for name, body, lookahead in definitions)
         return Grammar(rules + tuple(parser.helper_rules), root_rule_name)
     except RecursionError:
         # Only reachable when the caller is already deep in its own stack.

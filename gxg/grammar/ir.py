@@ -4,7 +4,7 @@ In:  nothing — this module is the data model.
 Out: immutable, hashable dataclasses:
 
     Grammar(rules=(Rule, ...), root_rule_name="root")
-    Rule(name, body: Expr, lookahead: Expr | None)
+    Rule(name, body: Expr, lookahead: Expr | None, max_tokens: int | None)
     Expr = Literal | CharClass | TokenSet | RuleRef | Sequence | Choice | Repeat
 
 Conventions
@@ -26,6 +26,14 @@ Conventions
   that whatever follows a completed instance of the rule starts with a string of the lookahead's
   language. As in XGrammar, it never changes which strings the grammar accepts; the compiler may
   use it to prune token masks.
+* ``Rule.max_tokens`` is a token budget kept while decoding (XGrammar's rule attribute
+  ``name[max_tokens=N]``): each occurrence of the rule counts the tokens that start inside it;
+  once N of them have been accepted, at the first token boundary where the occurrence can end
+  it must end (XGrammar's best effort: until it can end, it goes on). It never changes the
+  strings the grammar accepts from ``accept_string`` (which counts no tokens), only which token
+  sequences it accepts. Its body must be regular (``gxg.grammar.rule_attributes`` writes it so:
+  recursion only through tail calls, no token items); ``gxg.compiler.automaton`` says how the
+  budget is kept.
 
 Every ``Rule`` stores its body and lookahead in a normal form (see ``normalize``), so two grammars
 that print the same are equal, and printing then parsing gives back an equal grammar.
@@ -170,6 +178,7 @@ class Rule:
     name: str
     body: Expr
     lookahead: Optional[Expr] = None
+    max_tokens: Optional[int] = None
     #: the rules the body references, each once, in order of first reference (computed here:
     #: the passes and the checks ask for it many times per grammar)
     refs: Tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
@@ -177,10 +186,20 @@ class Rule:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise GrammarError(f"invalid rule name {self.name!r}")
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool)
+                                            or not isinstance(self.max_tokens, int)
+                                            or self.max_tokens < 0):
+            raise GrammarError(f"rule {self.name!r}: max_tokens must be an integer >= 0, got "
+                               f"{self.max_tokens!r}")
         object.__setattr__(self, "body", normalize(self.body))
         if self.lookahead is not None:
             object.__setattr__(self, "lookahead", normalize(self.lookahead))
         object.__setattr__(self, "refs", tuple(dict.fromkeys(iter_rule_refs(self.body))))
+
+    def replaced(self, body: Expr, lookahead: Optional[Expr]) -> "Rule":
+        """This rule (name and token budget) with another body and lookahead: what a pass
+        that rewrites expressions builds."""
+        return Rule(self.name, body, lookahead, self.max_tokens)
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,11 +72,13 @@ replayed in ``tests/test_lark.py``. It is *recognition* Lark: no parse trees, no
     loop_after_dispatch=true)``, exactly as XGrammar builds it (``gxg.grammar.macros``);
   - ``capture`` does not change the language; gxg ignores it (no ``get_captures``);
   - ``[lazy]`` on any other body and ``[max_chars=N]``: compiled into the rule's language
-    (``gxg.grammar.rule_attributes``), so the body must be regular.
+    (``gxg.grammar.rule_attributes``), so the body must be regular;
+  - ``[max_tokens=N]`` (N > 0): a token budget kept while decoding (``Rule.max_tokens``), on
+    the same regular bodies, not on heads consumed by the dynamic start.
 
 Refused -- XGrammar 0.2.8 accepts them but gxg cannot give the same language or behaviour --
-with a ``GrammarError`` naming the construct: ``[max_tokens=N]`` (a runtime token budget),
-``[lazy]`` and ``[max_chars=N]`` on a body that is not regular, ``[stop="..."]``,
+with a ``GrammarError`` naming the construct: ``[lazy]``, ``[max_chars=N]`` and
+``[max_tokens=N]`` on a body that is not regular, ``[stop="..."]``,
 ``[suffix=...]`` other than a fixed, case-sensitive string on an any-text head of the dynamic
 pattern (XGrammar makes these *runtime-lazy* rules, which end at the first match, a matcher
 feature gxg lacks), ``%regex {...}`` (XGrammar's structured regexes, e.g.
@@ -442,6 +444,7 @@ class _Definition:
     capture: bool = False
     capture_offset: int = 0
     max_chars: Optional[int] = None     # [max_chars=N] (gxg.grammar.rule_attributes)
+    max_tokens: Optional[int] = None    # [max_tokens=N] (Rule.max_tokens)
 
 
 @dataclass
@@ -573,8 +576,10 @@ class _Parser:
                 value = self.integer()
                 if value <= 0:
                     raise self.error(value_token.offset, "max_tokens must be positive")
-                raise self.error(key.offset, "the rule attribute max_tokens (a runtime token "
-                                             "budget) is not supported by gxg")
+                if definition.max_tokens is not None:
+                    raise self.error(key.offset, "max_tokens attribute is specified more than "
+                                                 "once")
+                definition.max_tokens = value
             elif key.text == "max_chars":
                 self.consume("=", "expected '=' after max_chars attribute")
                 value = self.integer()
@@ -940,6 +945,9 @@ class _Compiler:
             if definition.is_terminal:
                 continue
             if definition.name in consumed:
+                if definition.max_tokens is not None:
+                    raise self.error(definition.offset, "max_tokens is not supported on rules "
+                                     "consumed by dynamic dispatch")
                 if definition.capture:
                     raise self.error(definition.capture_offset, "capture is not supported on "
                                      "rules consumed by dynamic dispatch")
@@ -966,11 +974,14 @@ class _Compiler:
                 and self.lazy_trigger(definition) is None)
 
     def apply_attributes(self) -> None:
-        """The rules with ``[max_chars=N]`` or a general ``[lazy]`` get their language under
-        the attributes (``gxg.grammar.rule_attributes``; the body must be regular)."""
-        attributed = {self.ir_names[d.name]: RuleAttributes(self.general_lazy(d), d.max_chars)
+        """The rules with ``[max_chars=N]``, ``[max_tokens=N]`` or a general ``[lazy]`` get
+        their language under the attributes (``gxg.grammar.rule_attributes``; the body must be
+        regular); a token budget stays on the rule (``Rule.max_tokens``)."""
+        attributed = {self.ir_names[d.name]: RuleAttributes(self.general_lazy(d), d.max_chars,
+                                                            d.max_tokens)
                       for d in self.doc.definitions if not d.is_terminal
-                      and (d.max_chars is not None or self.general_lazy(d))}
+                      and (d.max_chars is not None or d.max_tokens is not None
+                           or self.general_lazy(d))}
         if not attributed:
             return
         offsets = {self.ir_names[d.name]: d.offset for d in self.doc.definitions}
@@ -979,8 +990,9 @@ class _Compiler:
             lambda rule, hint: RuleRef(self.fresh(f"{rule}_{hint}")),
             lambda ref, body: self.add_rule(ref.name, body),
             lambda rule, message: self.error(offsets[rule], message))
-        self.rules = [Rule(rule.name, rewritten[rule.name]) if rule.name in rewritten else rule
-                      for rule in self.rules]
+        self.rules = [Rule(rule.name, rewritten[rule.name],
+                           max_tokens=attributed[rule.name].max_tokens)
+                      if rule.name in rewritten else rule for rule in self.rules]
 
     def add_rule(self, name: str, body: Expr) -> None:
         self.rules.append(Rule(name, body))
@@ -1147,7 +1159,7 @@ class _Compiler:
         from gxg.grammar.combine import rename_refs
         for rule in grammar.rules:
             self.rules.append(Rule(mapping[rule.name], rename_refs(rule.body, mapping),
-                                   rename_refs(rule.lookahead, mapping)))
+                                   rename_refs(rule.lookahead, mapping), rule.max_tokens))
         return RuleRef(mapping[grammar.root_rule_name])
 
     # -- lazy rules and dynamic dispatch (XGrammar's structural-tool-call pattern)

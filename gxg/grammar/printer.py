@@ -51,13 +51,16 @@ def grammar_to_ebnf(grammar: Grammar) -> str:
         lines.append(f"# root rule: {grammar.root_rule_name} "
                      f"(parse with root_rule_name={_python_string(grammar.root_rule_name)})")
     for rule in grammar.rules:
-        lines.append(rule_to_ebnf(rule.name, rule.body, rule.lookahead))
+        lines.append(rule_to_ebnf(rule.name, rule.body, rule.lookahead, rule.max_tokens))
     return "\n".join(lines) + "\n"
 
 
-def rule_to_ebnf(name: str, body: Expr, lookahead: Optional[Expr] = None) -> str:
-    """``name ::= body`` plus `` (= lookahead)`` when there is one."""
-    text = f"{name} ::= {expr_to_ebnf(body)}"
+def rule_to_ebnf(name: str, body: Expr, lookahead: Optional[Expr] = None,
+                 max_tokens: Optional[int] = None) -> str:
+    """``name ::= body`` plus `` (= lookahead)`` when there is one; a token budget is the
+    attribute ``name[max_tokens=N] ::=``."""
+    head = name if max_tokens is None else f"{name}[max_tokens={max_tokens}]"
+    text = f"{head} ::= {expr_to_ebnf(body)}"
     if lookahead is not None:
         text += f" (= {expr_to_ebnf(lookahead)})"
     return text

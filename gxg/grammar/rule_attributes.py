@@ -1,10 +1,14 @@
-"""EBNF/Lark rule attributes ``lazy`` and ``max_chars=N``, compiled into the rule's language.
+"""EBNF/Lark rule attributes ``lazy``, ``max_chars=N`` and ``max_tokens=N``.
 
 In:  rule bodies (IR expressions by rule name) and the attributes of some rules (parsed by a
-     front end: ``gxg.grammar.ebnf`` for ``name[lazy, max_chars=N] ::=``, ``gxg.grammar.lark``
-     for ``name[lazy, max_chars=N]:``).
+     front end: ``gxg.grammar.ebnf`` for ``name[lazy, max_chars=N, max_tokens=N] ::=``,
+     ``gxg.grammar.lark`` for ``name[...]:``, ``gxg.grammar.structural_tag_emission`` for
+     ``any_text`` with ``max_tokens``).
 Out: ``apply_rule_attributes``: new bodies for the attributed rules, plain IR (their automata
-     over code points, written as right-linear helper rules).
+     over code points, written as right-linear helper rules: recursion only through tail
+     calls). ``lazy`` and ``max_chars`` are compiled into that language; ``max_tokens`` is kept
+     by the front end as ``Rule.max_tokens`` (a budget the runtime keeps while decoding, which
+     needs exactly this right-linear form: ``gxg.compiler.automaton``).
 
 Semantics (XGrammar 0.2.8 enforces both while decoding; gxg gives the same strings, checked
 verdict for verdict in tests/test_rule_attributes.py):
@@ -12,7 +16,9 @@ verdict for verdict in tests/test_rule_attributes.py):
   proper prefixes is in it;
 * ``max_chars=N``: XGrammar's best-effort budget: within N code points the rule is as it is;
   once it has N it ends as soon as it can (a string of the rule none of whose proper prefixes of
-  N or more code points is in the rule); ``max_chars=0`` is ``lazy``.
+  N or more code points is in the rule); ``max_chars=0`` is ``lazy``;
+* ``max_tokens=N``: once N tokens that started inside the rule have been accepted, the rule
+  ends at the first token boundary where it can (``gxg.grammar.ir``, ``Rule.max_tokens``).
 The rule's body must be regular (recursion only through tail calls; no token items): its
 automaton is built (``gxg.grammar.code_point_dfa``), cut, minimised and written back.
 """
@@ -32,6 +38,7 @@ class RuleAttributes:
     """The attributes of one rule (see the module docstring)."""
     lazy: bool = False
     max_chars: Optional[int] = None
+    max_tokens: Optional[int] = None
 
 
 def apply_rule_attributes(bodies: Mapping[str, Expr], attributed: Mapping[str, RuleAttributes],
@@ -46,6 +53,13 @@ def apply_rule_attributes(bodies: Mapping[str, Expr], attributed: Mapping[str, R
     out: Dict[str, Expr] = {}
     for name in _callees_first(attributed, bodies):
         attributes = attributed[name]
+        budgeted = next((callee for callee in _reached(name, bodies)
+                         if callee != name and callee in attributed
+                         and attributed[callee].max_tokens is not None), None)
+        if budgeted is not None:
+            raise error(name, f"the attributes of rule {name!r} make its body one automaton, "
+                              f"where the token budget of rule {budgeted!r} (max_tokens) "
+                              f"cannot be kept")
         try:
             dfa = dfa_ops.dfa_from_expr(RuleRef(name), bodies)
         except (GrammarError, TypeError) as refused:
@@ -84,6 +98,17 @@ def _lazy_after(dfa: dfa_ops.Dfa, budget: int) -> dfa_ops.Dfa:
                 rows.append(tuple((lo, hi, target * width + step) for lo, hi, target in row))
     accepting = {q * width + k for q in dfa.accepting for k in range(width)}
     return dfa_ops.minimize(dfa_ops.Dfa(tuple(rows), accepting))
+
+
+def _reached(root: str, bodies: Mapping[str, Expr]) -> List[str]:
+    """The rules ``root``'s body reaches through references (``root`` first)."""
+    seen, pending = [root], [root]
+    while pending:
+        for callee in iter_rule_refs(bodies[pending.pop()]):
+            if callee not in seen and callee in bodies:
+                seen.append(callee)
+                pending.append(callee)
+    return seen
 
 
 def _callees_first(attributed, bodies: Mapping[str, Expr]) -> List[str]:

@@ -29,9 +29,8 @@ internal check); an empty dispatch pattern is an error (XGrammar accepts it and 
 degenerate automaton). Tokens (``token``, the token lists of ``exclude_token``, ``any_tokens``,
 ``token_triggered_tags`` and ``token_dispatch``) are read as given, an id or a string; the
 writer resolves strings. What gxg cannot express yet is refused with a GrammarError that names
-it (see ``gxg.grammar.structural_tag_emission``): ``max_tokens`` other than 0 on ``any_text`` (a
-token budget over free text, XGrammar's rule attribute), and what the XML styles of
-``json_schema`` refuse (``gxg.grammar.json_schema_xml``).
+it (see ``gxg.grammar.structural_tag_emission``): what the XML styles of ``json_schema`` refuse
+(``gxg.grammar.json_schema_xml``).
 """
 from __future__ import annotations
 

@@ -24,7 +24,10 @@ by format:
   exclude occurs (``TagDispatch(excludes=...)``: the enclosing tag's end then follows at the
   first place it can). An empty exclude leaves only the empty text (as XGrammar).
   ``max_chars``: at most that many code points (the free-text automaton intersected with a
-  length bound). ``max_tokens=0``: the empty text. When the nearest enclosing tag ends with a
+  length bound). ``max_tokens=0``: the empty text. ``max_tokens=N``: XGrammar's
+  ``any_text[max_tokens=N]``, a token budget kept while decoding (``Rule.max_tokens``: once N
+  tokens that started inside the text are accepted, the text ends at the first token boundary
+  where it can), on the free-text automaton written as right-linear rules. When the nearest enclosing tag ends with a
   token instead, no end is added here: XGrammar adds string ends to string-level formats and
   end tokens to token-level ones only.
 * Tokens: a token given as an id is that id (the compiler checks it against the vocabulary); a
@@ -67,10 +70,7 @@ XGrammar's printout of a token-level format differs from gxg's in spelling only:
 ExcludeToken(...)`` is gxg's ``any_tokens ::= ExcludeToken(...)*``, and XGrammar's
 ``TokenTagDispatch(...)`` expression is gxg's lowering of it (``gxg.grammar.macros``).
 
-Refused (GrammarError naming the format): ``max_tokens`` > 0 on ``any_text`` (a token budget
-over free text: XGrammar's rule attribute ``[max_tokens=n]``, kept while decoding, which gxg
-does not support yet),
-and what ``gxg.grammar.json_schema_xml`` refuses.
+Refused (GrammarError naming the format): what ``gxg.grammar.json_schema_xml`` refuses.
 
 Where XGrammar would build a TagDispatch whose exclude is a prefix of a trigger (the trigger can
 then never be written: its tags are unreachable), gxg leaves those triggers out, which is the
@@ -114,11 +114,6 @@ def emit_structural_tag(tag: StructuralTag, tokenizer_info=None) -> Grammar:
 
 def _fail(path: str, message: str) -> GrammarError:
     return GrammarError(f"{path}: {message}")
-
-
-def _token_budget(path: str, what: str) -> GrammarError:
-    return _fail(path, f"{what} with max_tokens > 0 is a token budget (XGrammar's rule "
-                       "attribute [max_tokens=n]), which gxg does not support yet")
 
 
 def _lit(text: str) -> Literal:
@@ -200,7 +195,7 @@ class _Emitter:
                                             else rule.name)
         for rule in grammar.rules:
             self.rules.append(Rule(mapping[rule.name], rename_refs(rule.body, mapping),
-                                   rename_refs(rule.lookahead, mapping)))
+                                   rename_refs(rule.lookahead, mapping), rule.max_tokens))
         return mapping[grammar.root_rule_name]
 
     def tag_dispatch(self, pairs: Seq[Tuple[str, str]], loop: bool, excludes: Seq[str],
@@ -315,11 +310,11 @@ class _Emitter:
         return self.embed(grammar, "regex")
 
     def _AnyTextFormat(self, fmt: AnyTextFormat, ends) -> str:
-        if fmt.max_tokens is not None and fmt.max_tokens > 0:
-            raise _token_budget(f"{fmt.path}.max_tokens", "any_text")
         excludes = list(fmt.excludes) + _end_strings(ends)
         if fmt.max_tokens == 0 or "" in excludes:
             return self.add("any_text", EMPTY)   # nothing, or every text holds ""
+        if fmt.max_tokens is not None:
+            return self._free_text_rule(fmt, excludes)
         if not excludes:
             if fmt.max_chars is None:
                 return self.add("any_text", Repeat(ANY_CHAR, 0, None))
@@ -327,20 +322,24 @@ class _Emitter:
         if fmt.max_chars is None:
             expr, _ = self.tag_dispatch((), False, excludes, fmt.path)
             return self.add("any_text", expr)
-        return self._bounded_free_text(fmt, excludes)
+        return self._free_text_rule(fmt, excludes)
 
-    def _bounded_free_text(self, fmt: AnyTextFormat, excludes: List[str]) -> str:
-        """Free text without ``excludes`` and at most ``max_chars`` code points: the macro's
-        automaton intersected with a length bound, written back as right-linear rules."""
+    def _free_text_rule(self, fmt: AnyTextFormat, excludes: List[str]) -> str:
+        """Free text without ``excludes``, of at most ``max_chars`` code points (when given),
+        under the token budget ``max_tokens`` (when given): the macro's automaton intersected
+        with a length bound, written back as right-linear rules (the form a budgeted rule
+        needs: ``gxg.compiler.automaton``)."""
         probe = _Emitter()                 # build the macro's rules aside, to read them as a DFA
         probe.used = set(self.used)
-        expr, helpers = probe.tag_dispatch((), False, excludes, fmt.path)
+        expr, helpers = (probe.tag_dispatch((), False, excludes, fmt.path) if excludes
+                         else (Repeat(ANY_CHAR, 0, None), {}))
         limit = MAX_CHARS_STATES
         try:
-            text = dfa_from_expr(expr, helpers, max_states=max(DEFAULT_MAX_STATES, 4 * sum(
+            dfa = dfa_from_expr(expr, helpers, max_states=max(DEFAULT_MAX_STATES, 4 * sum(
                 len(e) + 1 for e in excludes)))
-            bound = length_between(0, fmt.max_chars, max_states=limit)
-            dfa = intersect(text, bound, max_states=limit)
+            if fmt.max_chars is not None:
+                bound = length_between(0, fmt.max_chars, max_states=limit)
+                dfa = intersect(dfa, bound, max_states=limit)
         except GrammarError as error:
             raise _fail(f"{fmt.path}.max_chars", f"any_text with excludes and max_chars="
                         f"{fmt.max_chars} is too large for gxg: {error}") from None
@@ -354,7 +353,7 @@ class _Emitter:
 
         body = dfa_to_expr(dfa, lambda ranges: CharClass(tuple(ranges)), new_rule, name,
                            define_rule=define_rule)
-        self.rules.append(Rule(name, EMPTY if body is None else body))
+        self.rules.append(Rule(name, EMPTY if body is None else body, max_tokens=fmt.max_tokens))
         return name
 
     # -- combinations
