@@ -2,8 +2,11 @@
 
 Setup: Qwen vocabulary (151,851 tokens), fp32 logits [B, V]; grammars: builtin JSON, two
 MaskBench schemas (converted to EBNF by XGrammar's converter so that both engines run the same
-grammar; any_whitespace=False) and a tool-calling structural tag (two tools) driven through
-free text ("free_text") and through text with tool calls ("tool_call"); token streams
+grammar; any_whitespace=False), a tool-calling structural tag (two tools) driven through
+free text ("free_text") and through text with tool calls ("tool_call"), and the same tag after
+a reasoning section under a token budget (``<think>`` any_text with max_tokens=1024 ``</think>``,
+driven through the reasoning: "reasoning_budget"; every token is counted; "reasoning_free":
+the same without the budget); token streams
 teacher-forced from valid documents tokenised by the Qwen tokenizer; slot b follows document b
 mod n.
 
@@ -68,6 +71,12 @@ TOOLS_TAG = json.dumps({"type": "structural_tag", "format": {
               "content": {"type": "json_schema", "json_schema": schema},
               "end": "}\n</tool_call>"} for name, schema in (("weather", WEATHER),
                                                              ("search", SEARCH))]}})
+# The same tools after a reasoning section whose length is a token budget (XGrammar's any_text
+# max_tokens; gxg counts every token of it at run time).
+REASONING_TAG = json.dumps({"type": "structural_tag", "format": {"type": "sequence", "elements": [
+    {"type": "tag", "begin": "<think>", "content": {"type": "any_text", "max_tokens": 1024},
+     "end": "</think>"},
+    json.loads(TOOLS_TAG)["format"]]}})
 PROSE = [
     "The committee met on a grey Tuesday morning to review the quarterly numbers, and after a "
     "long discussion about shipping delays, supplier contracts and the new warehouse in the "
@@ -116,7 +125,11 @@ def workloads(maskbench_dir: Path):
                 break
     return [("builtin_json", "builtin_json", None, json_docs)] + out + [
         ("free_text", "structural_tag", TOOLS_TAG, PROSE),
-        ("tool_call", "structural_tag", TOOLS_TAG, TOOL_CALLS)]
+        ("tool_call", "structural_tag", TOOLS_TAG, TOOL_CALLS),
+        ("reasoning_budget", "structural_tag", REASONING_TAG, ["<think>" + p for p in PROSE]),
+        ("reasoning_free", "structural_tag", REASONING_TAG.replace('"max_tokens": 1024',
+                                                                  '"max_tokens": null'),
+         ["<think>" + p for p in PROSE])]
 
 
 def compile_workload(compiler, kind: str, source):
@@ -239,7 +252,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--grammars", nargs="+", default=None,
                         help="only these workloads (builtin_json, o27713, o49496, free_text, "
-                             "tool_call)")
+                             "tool_call, reasoning_budget, reasoning_free)")
     parser.add_argument("--gxg-only", action="store_true",
                         help="time gxg alone (XGrammar still converts the schemas)")
     parser.add_argument("--define", action="append", default=[],
