@@ -104,6 +104,7 @@ struct Slot {
   int* pool_index;   // this slot's pool index (PI slots)
   int* frame_slot;   // pool_index slot of each window entry this step indexed (-1: none)
   int indexed;       // entries this step put in the pool index
+  bool counting;     // the grammar has token-budget counters (accept and reset set it)
   // tables
   const int* node_next;
   const int* next_flat;
@@ -129,6 +130,7 @@ __device__ Slot make_slot(const u64* t, int b) {
   s.pool_index = ptr<int>(t, P_POOL_INDEX) + (size_t)b * s.lim.PI;
   s.frame_slot = ptr<int>(t, P_FRAME_SLOT) + (size_t)b * s.lim.P;
   s.indexed = 0;
+  s.counting = false;
   s.node_next = ptr<const int>(t, P_NODE_NEXT);
   s.next_flat = ptr<const int>(t, P_NEXT_FLAT);
   s.node_flags = ptr<const int>(t, P_NODE_FLAGS);
@@ -248,7 +250,13 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
     // pushes in edge order, then the pop; appended to the work list reversed so that the
     // first push is processed first (as the reference does)
     int lo = s.ref_lo[s.base + node], hi = s.ref_hi[s.base + node];
-    int count = hi - lo + ((flags & FLAG_FINAL) && parent >= 0 ? 1 : 0);
+    // a counter frame only pops again: pop through it at once (ops/reference.py _close)
+    int pop = parent;
+    if ((flags & FLAG_FINAL) && s.counting) {
+      const int* count_next = ptr<const int>(s.t, P_NODE_COUNT_NEXT) + s.base;
+      while (pop >= 0 && count_next[s.pool_node[pop]] >= 0) pop = s.pool_parent[pop];
+    }
+    int count = hi - lo + ((flags & FLAG_FINAL) && pop >= 0 ? 1 : 0);
     if (work_len + count > s.lim.work_cap) { *error = ERR_CLOSURE_TOO_LARGE; return -1; }
     int slot_index = work_len + count - 1;  // first push goes last (top of the LIFO)
     for (int e = lo; e < hi; ++e) {
@@ -264,12 +272,12 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
       --slot_index;
     }
     if (flags & FLAG_FINAL) {
-      if (parent < 0) {
+      if (pop < 0) {
         *can_end = 1;
       } else {
-        work[3 * slot_index] = s.pool_node[parent];
-        work[3 * slot_index + 1] = s.pool_parent[parent];
-        work[3 * slot_index + 2] = parent;
+        work[3 * slot_index] = s.pool_node[pop];
+        work[3 * slot_index + 1] = s.pool_parent[pop];
+        work[3 * slot_index + 2] = pop;
       }
     }
     work_len += count;
@@ -437,11 +445,13 @@ __device__ int token_moves(const Slot& s, int token, int* work, int at) {
 // Token budgets (gxg/compiler/automaton.py): the token boundary after a token or a reset, as
 // ops/reference.py _count_token does it, entry for entry. A top whose parent frame is a
 // counter that is not the last moves under the next counter (a frame found in or added to the
-// pool index, then a new top entry); a top under the last counter is exhausted, and the
+// pool index; the top's own entry rewritten when this step made it at ``base_size`` or above
+// and did not index it, else a new top entry); a top under the last counter is exhausted, and the
 // exhausted tops are dropped unless nothing else is left (no other top, the grammar cannot
 // end). Rewrites ``tops`` in place (order kept, a moved top equal to a kept one dropped);
 // returns the new count, or -1 with *error set (pool full).
-__device__ int count_token(Slot& s, int* tops, int num, int can_end, int* error) {
+__device__ int count_token(Slot& s, int* tops, int num, int can_end, int base_size,
+                           int* error) {
   const int* count_next = ptr<const int>(s.t, P_NODE_COUNT_NEXT) + s.base;
   bool counted = false, all_spent = true;
   for (int k = 0; k < num; ++k) {
@@ -461,16 +471,18 @@ __device__ int count_token(Slot& s, int* tops, int num, int can_end, int* error)
     int target = counter >= 0 ? count_next[counter] : -1;
     bool spent = target >= 0 && target == counter;
     if (spent && drop_spent) continue;
-    if (target >= 0 && !spent) {
+    bool moved = target >= 0 && !spent;
+    if (moved) {
       parent = entry_for(s, target, s.pool_parent[parent], *s.pool_size, true, error);
       if (parent < 0) return -1;
-      entry = -1;
     }
     bool seen = false;
     for (int i = 0; i < out && !seen; ++i)
       seen = s.pool_node[tops[i]] == node && s.pool_parent[tops[i]] == parent;
     if (seen) continue;
-    if (entry < 0) {
+    if (moved && entry >= base_size && s.frame_slot[entry] < 0) {
+      s.pool_parent[entry] = parent;
+    } else if (moved) {
       entry = entry_for(s, node, parent, *s.pool_size, false, error);
       if (entry < 0) return -1;
     }
@@ -481,9 +493,9 @@ __device__ int count_token(Slot& s, int* tops, int num, int can_end, int* error)
 
 // ``token``: the id whose bytes ``data`` are, when the grammar has token nodes (its token-node
 // moves join the last byte's closure), else -1 (a string, or no token node to move).
-// ``counting``: the step is a token of a grammar with token budgets (count_token at its end).
-__device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int token,
-                             bool counting) {
+// ``s.counting``: the step is a token of a grammar with token budgets (count_token at its
+// end; the closures pop through counter frames at once).
+__device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int token) {
   const u64* t = s.t;
   int b = s.b, K = s.lim.K;
   int* error_p = ptr<int>(t, P_ERROR) + b;
@@ -557,9 +569,9 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int
     num = count;
     int* swap = cur; cur = nxt; nxt = swap;
   }
-  if (counting) {
+  if (s.counting) {
     int error = 0;
-    num = count_token(s, cur, num, can_end, &error);
+    num = count_token(s, cur, num, can_end, base_size, &error);
     if (num < 0) { *s.pool_size = base_size; *error_p = error; return false; }
   }
   if (num == 0 && !can_end) { *s.pool_size = base_size; return false; }
@@ -592,9 +604,9 @@ __device__ bool accept_one(const u64* t, Slot& s, long long token) {
   int lo = id_offsets[token], hi = id_offsets[token + 1];
   if (hi == lo) return false;  // special: empty bytes or padding
   s.indexed = 0;  // the step's record of indexed frames starts empty
+  s.counting = (token_steps & COUNT_TOKENS) != 0;
   return accept_bytes(s, ptr<const unsigned char>(t, P_ID_BYTES) + lo, hi - lo,
-                      (token_steps & TOKEN_MOVES) ? (int)token : -1,
-                      (token_steps & COUNT_TOKENS) != 0);
+                      (token_steps & TOKEN_MOVES) ? (int)token : -1);
 }
 
 extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token_ids,
@@ -645,9 +657,10 @@ extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
   work[2] = -1;
   int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
   int can_end = 0, error = 0;
+  s.counting = (ptr<const int>(t, P_GRAMMAR_TOKEN_STEPS)[s.grammar] & COUNT_TOKENS) != 0;
   int count = close(s, work, 1, tops, &can_end, &error);
-  if (count >= 0 && (ptr<const int>(t, P_GRAMMAR_TOKEN_STEPS)[s.grammar] & COUNT_TOKENS))
-    count = count_token(s, tops, count, can_end, &error);  // the first token starts here
+  if (count >= 0 && s.counting)
+    count = count_token(s, tops, count, can_end, 0, &error);  // the first token starts here
   if (count < 0) {
     ptr<int>(t, P_ERROR)[b] = error;
     *s.pool_size = 0;

@@ -305,6 +305,7 @@ def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int,
     ``frame_slot`` scratch), for the window compaction."""
     limits, lists = state.limits, t.lists
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
+    count_next = lists.token_count_next
     created = {}
     seen = set()
     tops: List[int] = []
@@ -348,10 +349,14 @@ def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int,
             frame = parent if lists.is_pure_return[ret] else entry_for(ret, parent, True)
             pushes.append((lists.rule_start[rule], frame, -1))
         if lists.is_final[node]:
-            if parent < 0:
+            pop = parent
+            if t.has_counters:  # a counter frame only pops again: pop through it at once
+                while pop >= 0 and count_next[pool_node[pop]] >= 0:
+                    pop = int(pool_parent[pop])
+            if pop < 0:
                 can_end = True
             else:
-                pushes.append((int(pool_node[parent]), int(pool_parent[parent]), parent))
+                pushes.append((int(pool_node[pop]), int(pool_parent[pop]), pop))
         if len(work) + len(pushes) > limits.work_capacity:
             raise StepFailed(ErrorCode.CLOSURE_TOO_LARGE)
         work.extend(reversed(pushes))
@@ -359,11 +364,13 @@ def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int,
 
 
 def _count_token(state: RuntimeState, slot: int, t: HostTables, tops: List[int], can_end: bool,
-                 indexed: Dict[int, int]) -> List[int]:
+                 base: int, indexed: Dict[int, int]) -> List[int]:
     """A token boundary (after a token, after a reset) for the token budgets
     (``gxg.compiler.automaton``): a top whose parent frame is a counter that is not the last
     moves to the next counter (a new frame, hash-consed like a closure's, under a new top
-    entry); a top under the last counter is *exhausted* (its occurrence has N tokens). The
+    entry, or the top's own entry rewritten when this step made it: ``base`` and above, not
+    indexed, so nothing else refers to it); a top under the last counter is *exhausted* (its occurrence has
+    N tokens). The
     exhausted tops are dropped when anything else is left (another top, or the end of the
     grammar); when nothing is, they are all kept (XGrammar's best effort: the occurrences go on
     until one can end). The tops keep their order; a moved top equal to a kept one is dropped."""
@@ -385,13 +392,17 @@ def _count_token(state: RuntimeState, slot: int, t: HostTables, tops: List[int],
         if spent and drop_exhausted:
             continue
         node, parent = int(pool_node[entry]), int(pool_parent[entry])
-        if target >= 0 and not spent:
+        moved = target >= 0 and not spent
+        if moved:
             parent = _frame_entry(state, slot, target, int(pool_parent[parent]), indexed)
-            entry = -1
         if (node, parent) in seen:
             continue
         seen.add((node, parent))
-        out.append(entry if entry >= 0 else _new_entry(state, slot, node, parent))
+        if moved and entry >= base and entry not in indexed:
+            pool_parent[entry] = parent
+        elif moved:
+            entry = _new_entry(state, slot, node, parent)
+        out.append(entry)
     return out
 
 
@@ -552,10 +563,11 @@ def reset(state: RuntimeState, slot: int, t: HostTables) -> None:
     state.hist_head[slot] = 0
     state.terminated[slot] = 0
     state.error[slot] = 0
+    indexed: Dict[int, int] = {}
     try:
-        tops, can_end = _close(state, slot, t, [(t.root_start, -1, -1)], {})
+        tops, can_end = _close(state, slot, t, [(t.root_start, -1, -1)], indexed)
         if t.has_counters:  # the first token starts here
-            tops = _count_token(state, slot, t, tops, can_end, {})
+            tops = _count_token(state, slot, t, tops, can_end, 0, indexed)
     except StepFailed as failed:
         state.error[slot] = failed.code
         state.pool_size[slot] = 0
@@ -632,7 +644,7 @@ def accept_bytes(state: RuntimeState, slot: int, t: HostTables, data: bytes,
                 return False
             tops, can_end = result
         if token_id >= 0 and t.has_counters:  # a token boundary (strings count no tokens)
-            tops = _count_token(state, slot, t, tops, can_end, indexed)
+            tops = _count_token(state, slot, t, tops, can_end, base, indexed)
     except StepFailed as failed:
         state.pool_size[slot] = base
         state.error[slot] = failed.code
