@@ -593,15 +593,22 @@ __device__ bool accept_one(const u64* t, Slot& s, long long token) {
   // nodes skips the scan of the tops for token moves
   int token_steps = ptr<const int>(t, P_GRAMMAR_TOKEN_STEPS)[s.grammar];
   signed char* terminated = ptr<signed char>(t, P_TERMINATED) + b;
-  if (token < 0 || token >= s.lim.V || *terminated || ptr<int>(t, P_ERROR)[b]) return false;
-  if (ptr<const signed char>(t, P_IS_STOP)[token]) {
+  // every read the checks need, issued together (an id out of range reads id 0's entries,
+  // which the first check then ignores): one round trip instead of one per check
+  bool in_range = token >= 0 && token < s.lim.V;
+  int id = in_range ? (int)token : 0;
+  const int* id_offsets = ptr<const int>(t, P_ID_OFFSETS);
+  signed char is_terminated = *terminated;
+  int error = ptr<int>(t, P_ERROR)[b];
+  signed char is_stop = ptr<const signed char>(t, P_IS_STOP)[id];
+  int lo = id_offsets[id], hi = id_offsets[id + 1];
+  if (!in_range || is_terminated || error) return false;
+  if (is_stop) {
     if (!ptr<signed char>(t, P_CAN_END)[b]) return false;
     push_history(t, b, s.lim, *s.pool_size);
     *terminated = 1;
     return true;
   }
-  const int* id_offsets = ptr<const int>(t, P_ID_OFFSETS);
-  int lo = id_offsets[token], hi = id_offsets[token + 1];
   if (hi == lo) return false;  // special: empty bytes or padding
   s.indexed = 0;  // the step's record of indexed frames starts empty
   s.counting = (token_steps & COUNT_TOKENS) != 0;
