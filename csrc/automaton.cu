@@ -389,20 +389,25 @@ __device__ void compact_pool(Slot& s) {
 
 __device__ void push_history(const u64* t, int b, const Limits& lim, int pool_size_before) {
   int K = lim.K, H = lim.H;
+  // every read first, issued together (a read after a store to global memory waits for it)
   int* head_p = ptr<int>(t, P_HIST_HEAD) + b;
+  int* len_p = ptr<int>(t, P_HIST_LEN) + b;
   int head = *head_p;
   int count = ptr<int>(t, P_NUM_TOPS)[b];
+  int len = *len_p;
+  signed char can_end = ptr<signed char>(t, P_CAN_END)[b];
+  signed char terminated = ptr<signed char>(t, P_TERMINATED)[b];
   const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * K;
+  int first = count > 0 ? tops[0] : 0;
   int* dst = ptr<int>(t, P_HIST_TOPS) + ((size_t)b * H + head) * K;
-  for (int k = 0; k < count; ++k) dst[k] = tops[k];
+  if (count > 0) dst[0] = first;
+  for (int k = 1; k < count; ++k) dst[k] = tops[k];
   ptr<int>(t, P_HIST_NUM_TOPS)[(size_t)b * H + head] = count;
   ptr<int>(t, P_HIST_POOL_SIZE)[(size_t)b * H + head] = pool_size_before;
-  ptr<signed char>(t, P_HIST_CAN_END)[(size_t)b * H + head] = ptr<signed char>(t, P_CAN_END)[b];
-  ptr<signed char>(t, P_HIST_TERMINATED)[(size_t)b * H + head] =
-      ptr<signed char>(t, P_TERMINATED)[b];
+  ptr<signed char>(t, P_HIST_CAN_END)[(size_t)b * H + head] = can_end;
+  ptr<signed char>(t, P_HIST_TERMINATED)[(size_t)b * H + head] = terminated;
   *head_p = (head + 1) % H;
-  int* len = ptr<int>(t, P_HIST_LEN) + b;
-  *len = min(*len + 1, H);
+  *len_p = min(len + 1, H);
 }
 
 // ----------------------------------------------------------------------------- accept
@@ -499,14 +504,19 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int
   const u64* t = s.t;
   int b = s.b, K = s.lim.K;
   int* error_p = ptr<int>(t, P_ERROR) + b;
-  if (*s.pool_size > (3 * s.lim.P) / 4) compact_pool(s);
-  int base_size = *s.pool_size;
   int* cur = ptr<int>(t, P_TOPS_A) + (size_t)b * K;
   int* nxt = ptr<int>(t, P_TOPS_B) + (size_t)b * K;
   int* tops = ptr<int>(t, P_TOPS) + (size_t)b * K;
+  // the step's first reads issued together, before any store (compaction leaves the count
+  // of tops and can_end as they are)
+  int base_size = *s.pool_size;
   int num = ptr<int>(t, P_NUM_TOPS)[b];
-  for (int k = 0; k < num; ++k) cur[k] = tops[k];
   int can_end = ptr<signed char>(t, P_CAN_END)[b];
+  if (base_size > (3 * s.lim.P) / 4) {
+    compact_pool(s);
+    base_size = *s.pool_size;
+  }
+  for (int k = 0; k < num; ++k) cur[k] = tops[k];
   int* work = ptr<int>(t, P_WORK) + (size_t)b * s.lim.work_cap * 3;
   // the token's moves from token-node tops (closed with its last byte's seeds)
   int token_count = token >= 0 ? token_moves(s, token, nullptr, 0) : 0;
