@@ -85,6 +85,20 @@ def make_info(vocab, extra_padding=3):
                          stop_token_ids=[len(vocab) - 1])
 
 
+def text_vocab_info(texts, vocab_size: int, stop_id: int):
+    """Raw-bytes ``TokenizerInfo`` whose tokens are ``texts`` (UTF-8), ``vocab_size`` ids,
+    ``stop_id`` the stop token."""
+    return TokenizerInfo([t.encode() for t in texts], VocabType.RAW, vocab_size=vocab_size,
+                         stop_token_ids=[stop_id])
+
+
+def compile_each(info, grammars):
+    """``{name: EBNF text}`` -> ``{name: CompiledGrammar}`` over ``info`` (no cache)."""
+    from gxg.grammar_compiler import GrammarCompiler
+    compiler = GrammarCompiler(info, cache_enabled=False)
+    return {name: compiler.compile_grammar(ebnf) for name, ebnf in grammars.items()}
+
+
 def info_or_skip(name):
     missing = vocabularies.missing_packages(name)
     if missing:

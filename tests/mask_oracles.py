@@ -19,6 +19,14 @@ def mask_to_bool(row, vocab_size: int) -> np.ndarray:
     return np.unpackbits(words.view(np.uint8), bitorder="little")[:vocab_size].astype(bool)
 
 
+def matcher_mask(matcher, vocab_size: int) -> np.ndarray:
+    """A gxg matcher's next-token mask, bool [vocab_size]."""
+    from gxg.matcher import allocate_token_bitmask
+    bitmask = allocate_token_bitmask(1, vocab_size)
+    matcher.fill_next_token_bitmask(bitmask)
+    return mask_to_bool(bitmask[0].numpy(), vocab_size)
+
+
 class OracleRefused(Exception):
     """The oracle's own walk hit its parse-stack limit (a grammar too ambiguous for it): there
     is nothing to compare against, which says nothing about gxg's answer."""

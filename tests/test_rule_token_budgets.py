@@ -31,9 +31,9 @@ from gxg.compiler.automaton import build_automaton
 from gxg.compiler.passes import prepare
 from gxg.grammar.ir import Grammar, GrammarError
 from gxg.grammar_compiler import GrammarCompiler
-from gxg.matcher import GrammarMatcher, allocate_token_bitmask
-from gxg.tokenizer import TokenizerInfo, VocabType
-from mask_oracles import mask_to_bool
+from gxg.matcher import GrammarMatcher
+from grammar_zoo import compile_each, text_vocab_info
+from mask_oracles import mask_to_bool, matcher_mask
 from xgrammar_oracle import needs_xgrammar
 
 VOCAB = ["a", "b", "ab", "E", "N", "END", "x", "xa", "c", "abc", "cd", "e", "<", "/", "a>",
@@ -86,20 +86,16 @@ def ids(text: str) -> list:
 
 @pytest.fixture(scope="module")
 def info():
-    return TokenizerInfo([t.encode() for t in VOCAB], VocabType.RAW, vocab_size=VOCAB_SIZE,
-                         stop_token_ids=[STOP])
+    return text_vocab_info(VOCAB, VOCAB_SIZE, STOP)
 
 
 @pytest.fixture(scope="module")
 def compiled(info):
-    compiler = GrammarCompiler(info, cache_enabled=False)
-    return {name: compiler.compile_grammar(ebnf) for name, ebnf in GRAMMARS.items()}
+    return compile_each(info, GRAMMARS)
 
 
 def mask_of(matcher) -> np.ndarray:
-    bitmask = allocate_token_bitmask(1, VOCAB_SIZE)
-    matcher.fill_next_token_bitmask(bitmask)
-    return mask_to_bool(bitmask[0].numpy(), VOCAB_SIZE)
+    return matcher_mask(matcher, VOCAB_SIZE)
 
 
 @pytest.mark.parametrize("name, tokens, expected", XGRAMMAR_MASKS)
