@@ -423,15 +423,22 @@ def kernel_layout(cache: MaskCache, num_nodes: int, sorted_token_ids: np.ndarray
     node_row = np.full(num_nodes, -1, dtype=np.int32)
     rows: List[np.ndarray] = []
     row_of: Dict[bytes, int] = {}
+    # an entry that repeats an earlier one (about half of a JSON schema's nodes do:
+    # profiling/bench_bind.py) takes its row without building another vocabulary-sized one
+    row_of_entry: Dict[tuple, int] = {}
     uncertain_counts = np.zeros(num_nodes, dtype=np.int64)
     uncertain_parts = {}
     for node, entry in zip(cache.nodes.tolist(), cache.entries):
-        row = dense_row(entry, cache.num_sorted, sorted_token_ids, words)
-        key = row.tobytes()
-        if key not in row_of:
-            row_of[key] = len(rows)
-            rows.append(row)
-        node_row[node] = row_of[key]
+        entry_key = (int(entry.store_type), entry.indices.tobytes(), entry.bitset.tobytes(),
+                     entry.uncertain.tobytes())
+        index = row_of_entry.get(entry_key)
+        if index is None:
+            row = dense_row(entry, cache.num_sorted, sorted_token_ids, words)
+            index = row_of.setdefault(row.tobytes(), len(rows))
+            if index == len(rows):
+                rows.append(row)
+            row_of_entry[entry_key] = index
+        node_row[node] = index
         uncertain_counts[node] = len(entry.uncertain)
         uncertain_parts[node] = entry.uncertain
     offsets = np.zeros(num_nodes + 1, dtype=np.int64)
