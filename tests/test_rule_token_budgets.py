@@ -12,9 +12,14 @@ budgets; XGrammar 0.2.8's behaviour, table below checked against it):
   end);
 * XGrammar applies the budget when it fills a mask, gxg at every token boundary: the same for a
   decode loop that fills before each token (every walk here does).
+Differences from XGrammar 0.2.8, found by random grammars against it and listed in
+``XGRAMMAR_DIFFERS`` (the test fails when one stops differing): with two live occurrences of
+one budgeted rule (``r r``) its masks let an exhausted one go on; and it applies no
+``max_tokens=0`` to an occurrence that starts the output.
 Checked: a table of XGrammar's masks; XGrammar's masks and accepts along random walks with
-rollbacks; the CPU batch against one matcher per slot; the CUDA ops against the CPU ops (marked
-gpu), eagerly and replayed from a CUDA graph; the readers and their errors.
+rollbacks; masks against the brute-force oracle (every token walked from every
+live stack) along random walks; the CPU batch against one matcher per slot; the CUDA ops against
+the CPU ops (marked gpu), eagerly and replayed from a CUDA graph; the readers and their errors.
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ from gxg.grammar.ir import Grammar, GrammarError
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher
 from grammar_zoo import compile_each, text_vocab_info
-from mask_oracles import mask_to_bool, matcher_mask
+from mask_oracles import brute_force_mask, mask_to_bool, matcher_mask
 from xgrammar_oracle import needs_xgrammar
 
 VOCAB = ["a", "b", "ab", "E", "N", "END", "x", "xa", "c", "abc", "cd", "e", "<", "/", "a>",
@@ -193,6 +198,62 @@ def test_masks_and_accepts_equal_xgrammar(info, compiled, kind, name, seed):
         theirs.fill_next_token_bitmask(bitmask)
         return mask_to_bool(bitmask[0].numpy(), VOCAB_SIZE)
     random_walk(ours, theirs, fill_theirs, random.Random(seed), 40)
+
+
+# A budgeted rule referenced where other bytes are allowed too (its start is a top of its own,
+# which the token boundary may drop at once with max_tokens=0; the node that references it must
+# not allow its tokens) and the shapes above: the masks against the brute-force oracle.
+ORACLE_GRAMMARS = dict(GRAMMARS, **{
+    "optional, none": 'root ::= "x" r? "E"\nr[max_tokens=0] ::= "b"',
+    "choice, none": 'root ::= "x" (r | "E")\nr[max_tokens=0] ::= "b" [ab]*',
+    "two rules, none": 'root ::= r s "E"\nr[max_tokens=0] ::= "c"+\ns[max_tokens=0] ::= "<"',
+    "optional, one": 'root ::= "x" (r | "ab") "E"\nr[max_tokens=1] ::= [a-c]+',
+})
+
+
+@pytest.mark.parametrize("name", list(ORACLE_GRAMMARS))
+@pytest.mark.parametrize("seed", range(3))
+def test_masks_equal_the_brute_force_oracle(info, name, seed):
+    matcher = GrammarMatcher(compile_each(info, {name: ORACLE_GRAMMARS[name]})[name])
+    rng = random.Random(seed)
+    for step in range(12):
+        mine = mask_of(matcher)
+        np.testing.assert_array_equal(mine, brute_force_mask(matcher), err_msg=f"step {step}")
+        allowed = [t for t in np.flatnonzero(mine).tolist() if t != STOP]
+        if not allowed:
+            break
+        assert matcher.accept_token(rng.choice(allowed))
+
+
+# (grammar, tokens, XGrammar 0.2.8's mask after them, gxg's): the differences listed above
+XGRAMMAR_DIFFERS = [
+    ('root ::= r r "E"\nr[max_tokens=1] ::= [a-c] [ab]+', ("b", "ab"),
+     "a b ab c abc", "a b ab c"),                      # r r: XGrammar lets the first go on
+    ('root ::= r "END"\nr[max_tokens=0] ::= [a-c]*', (),
+     "a b ab c abc E END", "E END"),                   # max_tokens=0 at the output's start
+]
+
+
+@needs_xgrammar
+@pytest.mark.parametrize("ebnf, tokens, theirs, ours", XGRAMMAR_DIFFERS)
+def test_listed_differences_from_xgrammar(info, ebnf, tokens, theirs, ours):
+    import xgrammar
+    xinfo = xgrammar.TokenizerInfo(VOCAB, xgrammar.VocabType.RAW, vocab_size=VOCAB_SIZE,
+                                   stop_token_ids=[STOP])
+    x = xgrammar.GrammarMatcher(xgrammar.GrammarCompiler(xinfo, cache_enabled=False)
+                                .compile_grammar(ebnf))
+    g = GrammarMatcher(compile_each(info, {"g": ebnf})["g"])
+    bitmask = xgrammar.allocate_token_bitmask(1, VOCAB_SIZE)
+    for token in tokens:
+        x.fill_next_token_bitmask(bitmask)
+        mask_of(g)
+        assert x.accept_token(ID[token]) and g.accept_token(ID[token])
+    x.fill_next_token_bitmask(bitmask)
+    letters = set(LETTERS.split()) | {"E", "END"}
+    got_theirs = [VOCAB[t] for t in np.flatnonzero(mask_to_bool(bitmask[0].numpy(), VOCAB_SIZE))
+                  if VOCAB[t] in letters]
+    got_ours = [VOCAB[t] for t in np.flatnonzero(mask_of(g)) if VOCAB[t] in letters]
+    assert (sorted(got_theirs), sorted(got_ours)) == (sorted(theirs.split()), sorted(ours.split()))
 
 
 # ----------------------------------------------------------------------------- batches, GPU

@@ -71,6 +71,11 @@ class StackWalker:
         self._lookahead_rule = lists.rule_lookahead if self.use_lookahead else None
         self._refs: List[Tuple[Tuple[int, int], ...]] = lists.refs
         self._callers = lists.callers
+        # the rules of token budgets (a counter node's rule: the budgeted rule itself for its
+        # first counter), whose pushes ``initial`` leaves out (see there)
+        count_next = getattr(lists, "token_count_next", None) or []
+        self._counted_rules = frozenset(self._node_rule[node]
+                                        for node, nxt in enumerate(count_next) if nxt >= 0)
         self._lookahead_walker = (StackWalker(automaton, escape_bottom=False)
                                   if self.use_lookahead else None)
         # Caches (they only grow, at most one entry per rule; see ``_escape_closure``): the
@@ -80,10 +85,14 @@ class StackWalker:
 
     # ------------------------------------------------------------------ configurations
     def initial(self, stack: Stack) -> Config:
-        """The closure of one stack (e.g. ``(node,)`` for the mask cache)."""
-        return self.close([(tuple(stack), False, None)])
+        """The closure of one stack (e.g. ``(node,)`` for the mask cache), without pushing a
+        budgeted rule (``Rule.max_tokens``): such a push is a top of its own at run time, where
+        the token boundary may drop it (``gxg.compiler.automaton``, token budgets), so a node's
+        mask entry must not hold the tokens it would allow."""
+        return self.close([(tuple(stack), False, None)], self._counted_rules)
 
-    def close(self, elements: Iterable[Element]) -> Config:
+    def close(self, elements: Iterable[Element], skip_rules: FrozenSet[int] = frozenset()
+              ) -> Config:
         """Everything reachable from ``elements`` by push and pop moves (and escapes), keeping
         the elements whose top can scan a byte, ``END`` and ``ANYTHING``.
 
@@ -114,6 +123,8 @@ class StackWalker:
                 local += 1
             below = stack[:-1]
             for rule, ret in self._refs[top]:
+                if rule in skip_rules:
+                    continue
                 frame = below if self._pure_return[ret] else below + (ret,)
                 work.append((frame + (self._start[rule],), escaped, lookahead))
             if self._final[top]:
