@@ -259,21 +259,27 @@ def test_listed_differences_from_xgrammar(info, ebnf, tokens, theirs, ours):
 # ----------------------------------------------------------------------------- batches, GPU
 
 
-def test_cpu_batch_equals_one_matcher_per_slot(info, compiled):
-    cpu_batch_equals_matchers(info, list(compiled.values()), VOCAB_SIZE, 30, seed=7)
+@pytest.fixture(scope="module")
+def every_grammar(info):
+    """The grammars of the table and of the oracle test, compiled (one batch slot each)."""
+    return list(compile_each(info, ORACLE_GRAMMARS).values())
+
+
+def test_cpu_batch_equals_one_matcher_per_slot(info, every_grammar):
+    cpu_batch_equals_matchers(info, every_grammar, VOCAB_SIZE, 30, seed=7)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_cuda_ops_equal_the_cpu_ops(info, compiled, seed):
-    cuda_runs_equal_cpu_runs(info, list(compiled.values()), VOCAB_SIZE, 40, seed)
+def test_cuda_ops_equal_the_cpu_ops(info, every_grammar, seed):
+    cuda_runs_equal_cpu_runs(info, every_grammar, VOCAB_SIZE, 40, seed)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_graph_replays_equal_the_cpu_ops(info, compiled):
-    cuda_graph_replays_equal_cpu(info, list(compiled.values()), VOCAB_SIZE, 30, seed=3)
+def test_cuda_graph_replays_equal_the_cpu_ops(info, every_grammar):
+    cuda_graph_replays_equal_cpu(info, every_grammar, VOCAB_SIZE, 30, seed=3)
 
 
 # ----------------------------------------------------------------------------- readers, errors
