@@ -208,6 +208,8 @@ ORACLE_GRAMMARS = dict(GRAMMARS, **{
     "choice, none": 'root ::= "x" (r | "E")\nr[max_tokens=0] ::= "b" [ab]*',
     "two rules, none": 'root ::= r s "E"\nr[max_tokens=0] ::= "c"+\ns[max_tokens=0] ::= "<"',
     "optional, one": 'root ::= "x" (r | "ab") "E"\nr[max_tokens=1] ::= [a-c]+',
+    # a lookahead that walks a budgeted rule: it is not a top, so the rule is pushed there
+    "lookahead": 'root ::= x r "E"\nx ::= "x" (= r)\nr[max_tokens=1] ::= [a-c]+',
 })
 
 

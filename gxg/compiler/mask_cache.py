@@ -218,7 +218,7 @@ def classify_nodes(walk: VocabularyWalk, classes_of: "_StateClasses", trie: Toke
                    nodes: np.ndarray) -> List[Tuple[np.ndarray, np.ndarray]]:
     """For each node, (accepted, uncertain) sorted indices (ascending) of the tokens walked
     from it; every other token is rejected."""
-    starts = [walk.intern(walk.walker.initial((int(node),))) for node in nodes]
+    starts = [walk.intern(walk.walker.initial((int(node),), as_top=True)) for node in nodes]
     origin, tokens, final_states = walk_trie(walk, trie, np.array(starts, dtype=np.int32))
     classes = classes_of[final_states]
     order = np.argsort(origin.astype(np.int16), kind="stable")  # a radix sort: O(n)

@@ -84,12 +84,16 @@ class StackWalker:
         self._initial_lookahead_cache: Dict[int, Optional[Config]] = {}
 
     # ------------------------------------------------------------------ configurations
-    def initial(self, stack: Stack) -> Config:
-        """The closure of one stack (e.g. ``(node,)`` for the mask cache), without pushing a
-        budgeted rule (``Rule.max_tokens``): such a push is a top of its own at run time, where
-        the token boundary may drop it (``gxg.compiler.automaton``, token budgets), so a node's
-        mask entry must not hold the tokens it would allow."""
-        return self.close([(tuple(stack), False, None)], self._counted_rules)
+    def initial(self, stack: Stack, *, as_top: bool = False) -> Config:
+        """The closure of one stack (e.g. ``(node,)`` for the mask cache). ``as_top``: the
+        stack is a live top of the runtime (a mask-cache entry's start), whose closure's
+        pushes of budgeted rules (``Rule.max_tokens``) are tops of their own that the token
+        boundary may drop (``gxg.compiler.automaton``, token budgets): they are left out, so
+        the entry does not hold the tokens they would allow."""
+        elements = [(tuple(stack), False, None)]
+        if as_top and self._counted_rules:
+            return self.close(elements, self._counted_rules)
+        return self.close(elements)
 
     def close(self, elements: Iterable[Element], skip_rules: FrozenSet[int] = frozenset()
               ) -> Config:
