@@ -22,6 +22,13 @@ In:  nothing but a seed: every input is generated here, each case from its own s
                         XGrammar's matcher (in a process of its own) when it is importable;
                         at the end of a few strings, every token's mask bit against the
                         recognizer (tests/mask_oracles.py's recognizer_mask).
+     token-budgets      random grammars whose rules carry token budgets (``name[max_tokens=N]``,
+                        regular bodies, in contexts around them), walked token by token over a
+                        small vocabulary: each mask against the brute-force oracle (every token
+                        walked from every live stack), and XGrammar's mask, filled before each
+                        token of the same walk, against gxg's. Generated outside the two shapes
+                        where XGrammar is known to differ (tests/test_rule_token_budgets.py:
+                        one rule twice in a row; max_tokens=0 where the output starts).
      token-consistency  MaskBench schemas with the Qwen vocabulary: a valid instance walked
                         token by token; at each step the mask bit of sampled tokens (allowed and
                         refused) must equal what accept_token does (then rolled back), and random
@@ -95,7 +102,8 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "tests"))
 from bench_hostile import one_of_chain  # noqa: E402
 from common import MASKBENCH, RESULTS, machine, print_table  # noqa: E402
 from grammar_zoo import GRAMMAR_ZOO, make_info, synthetic_vocab  # noqa: E402
-from mask_oracles import mask_to_bool, recognizer_mask  # noqa: E402
+from mask_oracles import (OracleRefused, brute_force_mask, mask_to_bool,  # noqa: E402
+                          recognizer_mask)
 
 from gxg import vocabularies  # noqa: E402
 from gxg import compile_budget  # noqa: E402
@@ -1049,6 +1057,124 @@ def xgrammar_disagreements(payload: dict, ours: dict, theirs: dict) -> List[str]
     return found
 
 
+# ----------------------------------------------------------------------- token budgets
+
+BUDGET_VOCAB = ["a", "b", "ab", "ba", "c", "ca", "abc", "x", "xa", "E", "N", "END", "aE", "<",
+                "/", "</", "a>", "</a>", "bb", "</s>"]  # the last is the stop token
+BUDGET_ATOMS = ['"a"', '"b"', '"ab"', '"c"', '[a-c]', '[ab]', '"<"', '"/"']
+# (context, where the budgeted rule r may start the output) -- r never twice in one parse
+BUDGET_CONTEXTS = [('"x" r "E"', False), ('r "END"', True), ('("x" r)+ "E"', False),
+                   ('"x" r "</a>"', False), ('r "E" | "x" r "N"', True), ('"x" r? "E"', False),
+                   ('r s "E"', True), ('"x" (r | "ab") "E"', False)]
+BUDGET_STEPS, BUDGET_WALKS = 10, 4
+
+
+def budget_body(rng: random.Random, depth: int = 0) -> str:
+    """A random regular body over a few letters and symbols."""
+    kind = rng.randrange(6 if depth < 2 else 1)
+    if kind == 0:
+        return rng.choice(BUDGET_ATOMS)
+    inner = budget_body(rng, depth + 1)
+    if kind in (1, 2, 5):
+        return f"({inner})" + "*+?"[kind % 3 if kind != 5 else 2]
+    other = budget_body(rng, depth + 1)
+    return f"({inner} | {other})" if kind == 3 else f"{inner} {other}"
+
+
+def make_token_budget(rng: random.Random) -> dict:
+    context, starts_output = rng.choice(BUDGET_CONTEXTS)
+    low = 1 if starts_output else 0  # max_tokens=0 at the output's start: XGrammar differs
+    ebnf = (f"root ::= {context}\nr[max_tokens={rng.randrange(low, 4)}] ::= "
+            f"{budget_body(rng)}\n")
+    if " s " in context:  # s starts the output where r is empty
+        ebnf += f"s[max_tokens={rng.randrange(low, 3)}] ::= {budget_body(rng)}\n"
+    return {"ebnf": ebnf, "repro": f"Grammar.from_ebnf({ebnf!r})"}
+
+
+def budget_info():
+    from gxg.tokenizer import TokenizerInfo, VocabType
+    return TokenizerInfo([t.encode() for t in BUDGET_VOCAB], VocabType.RAW,
+                         stop_token_ids=[len(BUDGET_VOCAB) - 1])
+
+
+def run_token_budget(payload: dict) -> dict:
+    """Walks of allowed tokens (seeded); each step's mask against the brute-force oracle. The
+    walks (tokens and masks) are compared with XGrammar's own walks, made with the same seed
+    from its masks: the same walk as long as the masks agree."""
+    info = budget_info()
+    compiled = GrammarCompiler(info, cache_enabled=False,
+                               compile_timeout=payload["compile_timeout"]).compile_grammar(
+        payload["ebnf"])
+    rng, report, walks = random.Random(payload["seed"]), WalkReport(), []
+    stop = len(BUDGET_VOCAB) - 1
+    for _ in range(BUDGET_WALKS):
+        matcher, tokens, masks = GrammarMatcher(compiled), [], []
+        for step in range(BUDGET_STEPS):
+            got = fill_mask(matcher, info.vocab_size)
+            masks.append(np.flatnonzero(got).tolist())
+            try:
+                oracle = brute_force_mask(matcher)
+                report.checks += 1
+                if not np.array_equal(got, oracle):
+                    wrong = np.flatnonzero(got != oracle)[:3].tolist()
+                    report.disagree(f"after {[BUDGET_VOCAB[t] for t in tokens]}: tokens "
+                                    f"{[BUDGET_VOCAB[t] for t in wrong]} are "
+                                    f"{[bool(got[t]) for t in wrong]} in the mask, not in the "
+                                    f"oracle's")
+            except OracleRefused:
+                report.oracle_skipped += 1
+            allowed = [t for t in masks[-1] if t != stop]
+            if not allowed:
+                break
+            token = rng.choice(allowed)
+            if not matcher.accept_token(token):
+                report.disagree(f"after {[BUDGET_VOCAB[t] for t in tokens]}: the mask allows "
+                                f"{BUDGET_VOCAB[token]!r}, accept_token refuses it")
+                break
+            tokens.append(token)
+        walks.append({"tokens": tokens, "masks": masks})
+    return walk_result(report, walks=walks)
+
+
+def run_token_budget_xgrammar(payload: dict) -> dict:
+    """The same seeded walks as ``run_token_budget``, from XGrammar's masks (a fill before
+    each token, as a decode loop does)."""
+    xgr = xgrammar_module()
+    info = xgr.TokenizerInfo(BUDGET_VOCAB, stop_token_ids=[len(BUDGET_VOCAB) - 1])
+    compiled = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False).compile_grammar(
+        payload["ebnf"])
+    rng, walks, stop = random.Random(payload["seed"]), [], len(BUDGET_VOCAB) - 1
+    bitmask = xgr.allocate_token_bitmask(1, len(BUDGET_VOCAB))
+    for _ in range(BUDGET_WALKS):
+        matcher, tokens, masks = xgr.GrammarMatcher(compiled), [], []
+        for _ in range(BUDGET_STEPS):
+            matcher.fill_next_token_bitmask(bitmask)
+            masks.append(np.flatnonzero(mask_to_bool(bitmask[0].numpy(),
+                                                     len(BUDGET_VOCAB))).tolist())
+            allowed = [t for t in masks[-1] if t != stop]
+            if not allowed:
+                break
+            token = rng.choice(allowed)
+            if not matcher.accept_token(token):
+                break
+            tokens.append(token)
+        walks.append({"tokens": tokens, "masks": masks})
+    return {"outcome": OK, "walks": walks}
+
+
+def budget_disagreements(payload: dict, ours: dict, theirs: dict) -> List[str]:
+    """Steps where XGrammar's mask differs from gxg's along the same walk."""
+    found = []
+    for walk, their_walk in zip(ours.get("walks", []), theirs.get("walks", [])):
+        for step, (mine, other) in enumerate(zip(walk["masks"], their_walk["masks"])):
+            if mine != other:
+                found.append(clip(f"after {[BUDGET_VOCAB[t] for t in walk['tokens'][:step]]}: "
+                                  f"gxg {[BUDGET_VOCAB[t] for t in mine]}, XGrammar "
+                                  f"{[BUDGET_VOCAB[t] for t in other]}", 200))
+                break
+    return found
+
+
 # ----------------------------------------------------------------------- token consistency
 
 TOKEN_STEPS = 160   # tokens of an instance walked per schema (keeps a case within seconds)
@@ -1140,6 +1266,9 @@ FAMILIES = {family.name: family for family in [
            run_random_grammar,
            run_xgrammar=run_random_grammar_xgrammar, compare_xgrammar=xgrammar_disagreements,
            grammar_error_expected=False),
+    Family("token-budgets", 300, lambda rng, index, options: make_token_budget(rng),
+           run_token_budget, run_xgrammar=run_token_budget_xgrammar,
+           compare_xgrammar=budget_disagreements, grammar_error_expected=False),
     Family("token-consistency", 30, lambda rng, index, options: make_token_consistency(rng),
            run_token_consistency, grammar_error_expected=False, needs=_qwen_missing),
 ]}
