@@ -295,6 +295,17 @@ def rebuild_pool_index(state: RuntimeState, slot: int) -> None:
         _index_insert(state, slot, entry)
 
 
+def _new_entry(state: RuntimeState, slot: int, node: int, parent: int) -> int:
+    """A new pool entry (node, parent) at the end of the slot's pool."""
+    entry = int(state.pool_size[slot])
+    if entry >= state.limits.pool_entries:
+        raise StepFailed(ErrorCode.POOL_FULL)
+    state.pool_node[slot, entry] = node
+    state.pool_parent[slot, entry] = parent
+    state.pool_size[slot] = entry + 1
+    return entry
+
+
 # ----------------------------------------------------------------------------- closure
 
 
@@ -321,13 +332,7 @@ def _close(state: RuntimeState, slot: int, t: HostTables, seeds: List[Tuple[int,
                 return found
         index = created.get(key)
         if index is None:
-            index = int(state.pool_size[slot])
-            if index >= limits.pool_entries:
-                raise StepFailed(ErrorCode.POOL_FULL)
-            pool_node[index] = node
-            pool_parent[index] = parent
-            state.pool_size[slot] = index + 1
-            created[key] = index
+            index = created[key] = _new_entry(state, slot, node, parent)
         if frame and free >= 0:
             state.pool_index[slot, free] = index
             indexed[index] = free
@@ -369,22 +374,22 @@ def _count_token(state: RuntimeState, slot: int, t: HostTables, tops: List[int],
     (``gxg.compiler.automaton``): a top whose parent frame is a counter that is not the last
     moves to the next counter (a new frame, hash-consed like a closure's, under a new top
     entry, or the top's own entry rewritten when this step made it: ``base`` and above, not
-    indexed, so nothing else refers to it); a top under the last counter is *exhausted* (its occurrence has
-    N tokens). The
-    exhausted tops are dropped when anything else is left (another top, or the end of the
-    grammar); when nothing is, they are all kept (XGrammar's best effort: the occurrences go on
-    until one can end). The tops keep their order; a moved top equal to a kept one is dropped."""
+    indexed, so nothing else refers to it); a top under the last counter is *exhausted* (its
+    occurrence has N tokens). The exhausted tops are dropped when anything else is left
+    (another top, or the end of the grammar); when nothing is, they are all kept (XGrammar's
+    best effort: the occurrences go on until one can end). The tops keep their order; a moved
+    top equal to a kept one is dropped."""
     count_next = t.lists.token_count_next
     pool_node, pool_parent = state.pool_node[slot], state.pool_parent[slot]
-    moves = []
+    moves, exhausted = [], []  # per top: its counter's next (-1: none), and whether it is last
     for entry in tops:
         parent = int(pool_parent[entry])
         counter = int(pool_node[parent]) if parent >= 0 else -1
-        moves.append(count_next[counter] if counter >= 0 else -1)
+        target = count_next[counter] if counter >= 0 else -1
+        moves.append(target)
+        exhausted.append(target >= 0 and target == counter)
     if all(target < 0 for target in moves):
         return tops
-    exhausted = [target >= 0 and target == int(pool_node[pool_parent[entry]])
-                 for entry, target in zip(tops, moves)]
     drop_exhausted = can_end or not all(exhausted)
     out: List[int] = []
     seen = set()
@@ -419,16 +424,6 @@ def _frame_entry(state: RuntimeState, slot: int, node: int, parent: int,
     return entry
 
 
-def _new_entry(state: RuntimeState, slot: int, node: int, parent: int) -> int:
-    entry = int(state.pool_size[slot])
-    if entry >= state.limits.pool_entries:
-        raise StepFailed(ErrorCode.POOL_FULL)
-    state.pool_node[slot, entry] = node
-    state.pool_parent[slot, entry] = parent
-    state.pool_size[slot] = entry + 1
-    return entry
-
-
 def _plain_step(state: RuntimeState, slot: int, t: HostTables, entry: int, byte: int,
                 base: int, indexed: Dict[int, int]) -> Optional[int]:
     """One byte from a single top into a plain node (``AutomatonLists.is_plain``): the closure is
@@ -444,12 +439,7 @@ def _plain_step(state: RuntimeState, slot: int, t: HostTables, entry: int, byte:
     if entry == size - 1 and entry >= base and entry not in indexed:
         state.pool_node[slot, entry] = target
         return entry
-    if size >= state.limits.pool_entries:
-        raise StepFailed(ErrorCode.POOL_FULL)
-    state.pool_node[slot, size] = target
-    state.pool_parent[slot, size] = state.pool_parent[slot, entry]
-    state.pool_size[slot] = size + 1
-    return size
+    return _new_entry(state, slot, target, int(state.pool_parent[slot, entry]))
 
 
 def _advance(state, slot, t: HostTables, tops: List[int], byte: int, indexed: Dict[int, int],
