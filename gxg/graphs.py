@@ -2,7 +2,8 @@
 
 In:  a list of nodes (any hashable) and their successors (a mapping node -> nodes).
 Out: ``strongly_connected_components``: the components, sinks first;
-     ``reaching``: the nodes from which some goal can be reached.
+     ``reaching``: the nodes from which some goal can be reached;
+     ``reachable``: the nodes some start can reach.
 """
 from __future__ import annotations
 
@@ -60,6 +61,20 @@ def strongly_connected_components(nodes: Iterable[Node],
                 component.sort(key=position.__getitem__)
                 components.append(component)
     return components
+
+
+def reachable(starts: Iterable[Node], successors) -> List[Node]:
+    """The nodes reachable from ``starts`` (starts included), in the order a depth-first
+    search first meets them; ``successors(node)`` gives a node's successors."""
+    found = list(dict.fromkeys(starts))
+    seen, stack = set(found), list(reversed(found))
+    while stack:
+        for succ in successors(stack.pop()):
+            if succ not in seen:
+                seen.add(succ)
+                found.append(succ)
+                stack.append(succ)
+    return found
 
 
 def reaching(goals: Iterable[Node], nodes: Iterable[Node],

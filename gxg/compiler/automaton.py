@@ -160,6 +160,7 @@ class AutomatonLists:
     is_plain: list
     token_next: list     # [N] a token node's move target, -1 (module docstring)
     token_count_next: list  # [N] a counter node's next counter, -1 (module docstring)
+    counted_rules: frozenset  # the rules of counter nodes (each budgeted rule and its counters)
 
     @staticmethod
     def of(a: "Automaton") -> "AutomatonLists":
@@ -182,7 +183,8 @@ class AutomatonLists:
             is_plain=[scans and not final and not node_refs and token_next < 0
                       for scans, final, node_refs, token_next
                       in zip(is_scannable, is_final, refs, token_next)],
-            token_next=token_next, token_count_next=a.token_count_next.tolist())
+            token_next=token_next, token_count_next=a.token_count_next.tolist(),
+            counted_rules=frozenset(a.node_rule[a.token_count_next >= 0].tolist()))
 
 
 @dataclass(frozen=True, eq=False)
@@ -1246,12 +1248,13 @@ def _lookahead_rule_name(name: str, taken: set) -> str:
     return _unique_name(f"{name}#lookahead", taken)
 
 
-def _unique_name(base: str, taken: set) -> str:
-    """``base``, or ``base`` with the first free number after it; added to ``taken``."""
+def _unique_name(base: str, taken: set, separator: str = "") -> str:
+    """``base``, or ``base`` + ``separator`` + the first free number from 2; added to
+    ``taken``."""
     candidate, counter = base, 1
     while candidate in taken:
         counter += 1
-        candidate = f"{base}{counter}"
+        candidate = f"{base}{separator}{counter}"
     taken.add(candidate)
     return candidate
 
@@ -1319,9 +1322,7 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
         dfas.append(dfa)
     token_sets: List[TokenSet] = list(token_rule_ids)
     for token_set in token_sets:
-        name = _token_rule_name(token_set, taken)
-        taken.add(name)
-        names.append(name)
+        names.append(_token_rule_name(token_set, taken))
         lookahead.append(-1)
     dfas.extend(_token_rule_dfa() for _ in token_sets)
     counters_base = len(dfas)  # then the counter rules C(0) .. C(N-1) of each budget
@@ -1438,11 +1439,11 @@ def _check_right_linear(name: str, counted: int, wrappers: set, starts: List[int
         rule = pending.pop()
         for node in range(starts[rule], starts[rule] + sizes[rule]):
             for callee, ret in node_refs[node]:
-                if token_set[starts[callee]] >= 0 or callee in wrappers \
-                        or not is_pure_return[ret]:
-                    what = ("a token item" if token_set[starts[callee]] >= 0 else
-                            f"the budgeted rule {names[callee]!r}" if callee in wrappers else
-                            f"a reference to {names[callee]!r} that is not a tail call")
+                what = ("a token item" if token_set[starts[callee]] >= 0 else
+                        f"the budgeted rule {names[callee]!r}" if callee in wrappers else
+                        None if is_pure_return[ret] else
+                        f"a reference to {names[callee]!r} that is not a tail call")
+                if what is not None:
                     raise GrammarError(
                         f"the token budget (max_tokens) of rule {name!r} needs a regular "
                         f"body written with tail calls only (as the EBNF, Lark and "
@@ -1467,9 +1468,5 @@ class _FirstSeen(dict):
 def _token_rule_name(token_set: TokenSet, taken: set) -> str:
     """``Token(1, 2)`` / ``ExcludeToken(3)`` (cut short when long), made unique."""
     ids = ", ".join(map(str, token_set.ids[:8])) + (", ..." if len(token_set.ids) > 8 else "")
-    base = f"{'ExcludeToken' if token_set.negated else 'Token'}({ids})"
-    candidate, counter = base, 1
-    while candidate in taken:
-        counter += 1
-        candidate = f"{base}#{counter}"
-    return candidate
+    return _unique_name(f"{'ExcludeToken' if token_set.negated else 'Token'}({ids})", taken,
+                        "#")

@@ -71,11 +71,8 @@ class StackWalker:
         self._lookahead_rule = lists.rule_lookahead if self.use_lookahead else None
         self._refs: List[Tuple[Tuple[int, int], ...]] = lists.refs
         self._callers = lists.callers
-        # the rules of token budgets (a counter node's rule: the budgeted rule itself for its
-        # first counter), whose pushes ``initial`` leaves out (see there)
-        count_next = getattr(lists, "token_count_next", None) or []
-        self._counted_rules = frozenset(self._node_rule[node]
-                                        for node, nxt in enumerate(count_next) if nxt >= 0)
+        # the rules of token budgets, whose pushes ``initial`` leaves out (see there)
+        self._counted_rules = lists.counted_rules
         self._lookahead_walker = (StackWalker(automaton, escape_bottom=False)
                                   if self.use_lookahead else None)
         # Caches (they only grow, at most one entry per rule; see ``_escape_closure``): the

@@ -111,6 +111,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple, Union
 
+from gxg.graphs import reachable
 from gxg.grammar.ir import (
     EMPTY,
     CharClass,
@@ -570,23 +571,16 @@ class _Parser:
             if key.text == "lazy" and self.peek().kind != "=":
                 definition.lazy = True
                 definition.lazy_offset = key.offset
-            elif key.text == "max_tokens":
-                self.consume("=", "expected '=' after max_tokens attribute")
+            elif key.text in ("max_tokens", "max_chars"):  # budgets: _Definition's fields
+                self.consume("=", f"expected '=' after {key.text} attribute")
                 value_token = self.peek()
                 value = self.integer()
-                if value <= 0:
+                if key.text == "max_tokens" and value <= 0:
                     raise self.error(value_token.offset, "max_tokens must be positive")
-                if definition.max_tokens is not None:
-                    raise self.error(key.offset, "max_tokens attribute is specified more than "
-                                                 "once")
-                definition.max_tokens = value
-            elif key.text == "max_chars":
-                self.consume("=", "expected '=' after max_chars attribute")
-                value = self.integer()
-                if definition.max_chars is not None:
-                    raise self.error(key.offset, "max_chars attribute is specified more than "
-                                                 "once")
-                definition.max_chars = value
+                if getattr(definition, key.text) is not None:
+                    raise self.error(key.offset, f"{key.text} attribute is specified more "
+                                                 "than once")
+                setattr(definition, key.text, value)
             elif key.text == "capture":
                 name = definition.name
                 where = key.offset
@@ -1374,14 +1368,8 @@ def _fixed_regex_literal(pattern: str) -> Optional[str]:
 
 def _reachable(grammar: Grammar) -> Grammar:
     by_name = {rule.name: rule for rule in grammar.rules}
-    seen = {grammar.root_rule_name}
-    stack = [grammar.root_rule_name]
-    while stack:
-        rule = by_name[stack.pop()]
-        for name in (*rule.refs, *iter_rule_refs(rule.lookahead)):
-            if name not in seen:
-                seen.add(name)
-                stack.append(name)
+    seen = set(reachable([grammar.root_rule_name], lambda name: (
+        *by_name[name].refs, *iter_rule_refs(by_name[name].lookahead))))
     root = by_name[grammar.root_rule_name]
     rules = (root,) + tuple(rule for rule in grammar.rules
                             if rule.name in seen and rule is not root)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional
 
 from gxg.grammar import code_point_dfa as dfa_ops
+from gxg.graphs import reachable
 from gxg.grammar.ir import MAX_CODE_POINT, CharClass, Expr, GrammarError, RuleRef, iter_rule_refs
 
 __all__ = ["RuleAttributes", "apply_rule_attributes"]
@@ -53,7 +54,9 @@ def apply_rule_attributes(bodies: Mapping[str, Expr], attributed: Mapping[str, R
     out: Dict[str, Expr] = {}
     for name in _callees_first(attributed, bodies):
         attributes = attributed[name]
-        budgeted = next((callee for callee in _reached(name, bodies)
+        reached = reachable([name], lambda rule: [callee for callee in iter_rule_refs(
+            bodies[rule]) if callee in bodies])
+        budgeted = next((callee for callee in reached
                          if callee != name and callee in attributed
                          and attributed[callee].max_tokens is not None), None)
         if budgeted is not None:
@@ -98,17 +101,6 @@ def _lazy_after(dfa: dfa_ops.Dfa, budget: int) -> dfa_ops.Dfa:
                 rows.append(tuple((lo, hi, target * width + step) for lo, hi, target in row))
     accepting = {q * width + k for q in dfa.accepting for k in range(width)}
     return dfa_ops.minimize(dfa_ops.Dfa(tuple(rows), accepting))
-
-
-def _reached(root: str, bodies: Mapping[str, Expr]) -> List[str]:
-    """The rules ``root``'s body reaches through references (``root`` first)."""
-    seen, pending = [root], [root]
-    while pending:
-        for callee in iter_rule_refs(bodies[pending.pop()]):
-            if callee not in seen and callee in bodies:
-                seen.append(callee)
-                pending.append(callee)
-    return seen
 
 
 def _callees_first(attributed, bodies: Mapping[str, Expr]) -> List[str]:
