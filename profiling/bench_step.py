@@ -71,12 +71,18 @@ TOOLS_TAG = json.dumps({"type": "structural_tag", "format": {
               "content": {"type": "json_schema", "json_schema": schema},
               "end": "}\n</tool_call>"} for name, schema in (("weather", WEATHER),
                                                              ("search", SEARCH))]}})
-# The same tools after a reasoning section whose length is a token budget (XGrammar's any_text
-# max_tokens; gxg counts every token of it at run time).
-REASONING_TAG = json.dumps({"type": "structural_tag", "format": {"type": "sequence", "elements": [
-    {"type": "tag", "begin": "<think>", "content": {"type": "any_text", "max_tokens": 1024},
-     "end": "</think>"},
-    json.loads(TOOLS_TAG)["format"]]}})
+
+
+def reasoning_tag(max_tokens):
+    """The same tools after a reasoning section whose length is a token budget (XGrammar's
+    any_text max_tokens; gxg counts every token of it at run time); None: no budget."""
+    return json.dumps({"type": "structural_tag", "format": {"type": "sequence", "elements": [
+        {"type": "tag", "begin": "<think>",
+         "content": {"type": "any_text", "max_tokens": max_tokens}, "end": "</think>"},
+        json.loads(TOOLS_TAG)["format"]]}})
+
+
+REASONING_TAG = reasoning_tag(1024)
 PROSE = [
     "The committee met on a grey Tuesday morning to review the quarterly numbers, and after a "
     "long discussion about shipping delays, supplier contracts and the new warehouse in the "
@@ -127,9 +133,7 @@ def workloads(maskbench_dir: Path):
         ("free_text", "structural_tag", TOOLS_TAG, PROSE),
         ("tool_call", "structural_tag", TOOLS_TAG, TOOL_CALLS),
         ("reasoning_budget", "structural_tag", REASONING_TAG, ["<think>" + p for p in PROSE]),
-        ("reasoning_free", "structural_tag", REASONING_TAG.replace('"max_tokens": 1024',
-                                                                  '"max_tokens": null'),
-         ["<think>" + p for p in PROSE])]
+        ("reasoning_free", "structural_tag", reasoning_tag(None), ["<think>" + p for p in PROSE])]
 
 
 def compile_workload(compiler, kind: str, source):
