@@ -27,8 +27,13 @@
 //                  closes the root start (and counts the boundary there for token budgets).
 //   xg_rollback    grid ceil(B/64) x 64, one thread per slot; restores a history record
 //                  (K+5 ints per step rolled back; no divergence to speak of).
-//   xg_uncertain   grid B x 64 threads: one block per slot; for each live top, one thread per
-//                  uncertain token of the top's node; each thread walks its token's bytes from
+//   xg_uncertain   grid (B, parts) x 64 threads: block (b, 0) takes slot b's tops, one thread per
+//                  uncertain token of the top's node; a top at a node without an entry yet
+//                  (node_row == ROW_UNBUILT, a lazy registration) has every sorted token
+//                  uncertain, strided over all the slot's parts (parts = max(1,
+//                  UNBUILT_THREADS / (B x 64)): one wave at B = 1 walks the vocabulary; the
+//                  other parts cost a read of the tops when no node lacks its entry); each
+//                  thread walks its token's bytes from
 //                  the full stack (pops read the pool, pushes stay in the thread's local
 //                  memory: UNC_STACKS stacks of UNC_DEPTH pushed nodes) and ORs the token's bit
 //                  into the bitmask row (atomicOr). Reads per token: its bytes, the tables, the
@@ -838,7 +843,7 @@ __device__ int lane_close(const Slot& s, LaneStack<DEPTH>* work, int count, int 
 // Walk bytes[lo, hi) from the stack whose top is pool entry ``top``; the surviving stacks are
 // left in a[0, count). Returns count, or -1 if the walk needed more than ``cap`` stacks (``a``
 // and ``work`` hold cap and 4 * cap) or DEPTH pushes.
-template <int DEPTH>
+template <int DEPTH, bool PLAIN_MOVES = false>
 __device__ int walk_bytes(const Slot& s, int top, const unsigned char* bytes, int lo, int hi,
                           LaneStack<DEPTH>* a, LaneStack<DEPTH>* work, int cap) {
   int count = 1;
@@ -847,6 +852,21 @@ __device__ int walk_bytes(const Slot& s, int top, const unsigned char* bytes, in
   a[0].nodes[0] = s.pool_node[top];
   for (int j = lo; j < hi && count > 0; ++j) {
     int byte = bytes[j];
+    if (PLAIN_MOVES && count == 1 && a[0].depth > 0) {
+      // One stack moving into a plain node (scannable, not final, no references: inside a
+      // string, say): the closure would keep just that stack, so move its top in place
+      // instead of copying stacks through the work list. Only in the walks from nodes
+      // without an entry (every token, most of them long inside strings): in the other
+      // walks the extra code cost the steady fill 0.6-1.8 us (H100, bench_step).
+      int node = a[0].nodes[a[0].depth - 1];
+      int target = scan(s, node, byte);
+      if (target < 0) return 0;
+      if (flags_of(s, target) == FLAG_SCANNABLE &&
+          s.ref_lo[s.base + target] == s.ref_hi[s.base + target]) {
+        a[0].nodes[a[0].depth - 1] = target;
+        continue;
+      }
+    }
     int seeds = 0;
     for (int m = 0; m < count; ++m) {
       if (a[m].depth == 0) continue;  // END: nothing may follow
@@ -862,11 +882,11 @@ __device__ int walk_bytes(const Slot& s, int top, const unsigned char* bytes, in
   return count;
 }
 
-template <int DEPTH>
+template <int DEPTH, bool PLAIN_MOVES = false>
 __device__ int walk_token(const Slot& s, int top, int sorted, LaneStack<DEPTH>* a,
                           LaneStack<DEPTH>* work, int cap) {
   const int* token_offsets = ptr<const int>(s.t, P_TOKEN_OFFSETS);
-  int count = walk_bytes(s, top, ptr<const unsigned char>(s.t, P_TOKEN_BYTES),
+  int count = walk_bytes<DEPTH, PLAIN_MOVES>(s, top, ptr<const unsigned char>(s.t, P_TOKEN_BYTES),
                          token_offsets[sorted], token_offsets[sorted + 1], a, work, cap);
   return count < 0 ? -1 : (count > 0 ? 1 : 0);
 }
@@ -876,20 +896,52 @@ __device__ __forceinline__ void set_bit(const u64* t, int* bitmask, int words, i
   atomicOr(bitmask + (size_t)b * words + (id >> 5), 1 << (id & 31));
 }
 
+// Walk token ``sorted`` from ``top``; set its bit if some stack survives, queue it for the wide
+// walk if it outgrows the local room (the slot gets ERR_UNCERTAIN_WALK_TOO_LARGE only when the
+// queue is full).
+template <bool PLAIN_MOVES>
+__device__ __forceinline__ void check_token(const Slot& s, int top, int sorted, int* bitmask,
+                                            int words, LaneStack<UNC_DEPTH>* a,
+                                            LaneStack<UNC_DEPTH>* work) {
+  int found = walk_token<UNC_DEPTH, PLAIN_MOVES>(s, top, sorted, a, work, UNC_STACKS);
+  if (found > 0) set_bit(s.t, bitmask, words, s.b, sorted);
+  if (found < 0) {  // too wide or too deep for local memory: queue it for the wide walk
+    int* queue = ptr<int>(s.t, P_WIDE_QUEUE);
+    int q = atomicAdd(queue, 1);
+    if (q < WIDE_QUEUE) {
+      queue[1 + 3 * q] = s.b;
+      queue[2 + 3 * q] = top;
+      queue[3 + 3 * q] = sorted;
+    } else {
+      atomicExch(ptr<int>(s.t, P_ERROR) + s.b, ERR_UNCERTAIN_WALK_TOO_LARGE);
+    }
+  }
+}
+
 extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int words) {
   int b = blockIdx.x;
+  // blockIdx.y: the slot's part. Part 0 walks the uncertain tokens of the slot's tops; every
+  // part takes its share of the tops whose node has no entry yet (ROW_UNBUILT).
+  int part = blockIdx.y, parts = gridDim.y;
   if (b >= B) return;
   Slot s = make_slot(t, b);
   int num_tops = ptr<int>(t, P_NUM_TOPS)[b];
   if (s.grammar < 0 || ptr<signed char>(t, P_TERMINATED)[b] || ptr<int>(t, P_ERROR)[b]) return;
   const int* uncertain = ptr<const int>(t, P_UNCERTAIN_TOKENS);
   const int* tops = ptr<int>(t, P_TOPS) + (size_t)b * s.lim.K;
-  int* queue = ptr<int>(t, P_WIDE_QUEUE);
   LaneStack<UNC_DEPTH> a[UNC_STACKS], work[UNC_WORK];
   const int* pair_below = ptr<const int>(t, P_PAIR_BELOW);
   for (int k = 0; k < num_tops; ++k) {
     int top = tops[k];
     int node = s.pool_node[top];
+    if (ptr<const int>(t, P_NODE_ROW)[s.base + node] == ROW_UNBUILT) {
+      // no entry yet (a lazy registration): every sorted token, strided over all parts
+      int num_sorted = ptr<const int>(t, P_LIMITS)[L_S];
+      for (int i = part * blockDim.x + threadIdx.x; i < num_sorted; i += parts * blockDim.x)
+        check_token<true>(s, top, i, bitmask, words, a, work);
+      continue;
+    }
+    if (part != 0) continue;
     int parent = s.pool_parent[top];
     int below = parent >= 0 ? s.pool_node[parent] : -1;
     // The second level: the pair (node, node below) lists the tokens accepted given the
@@ -912,21 +964,8 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
       hi = ptr<const int>(t, P_PAIR_UNC_HI)[pair];
       walk_list = ptr<const int>(t, P_PAIR_UNC_TOKENS);
     }
-    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      int sorted = walk_list[i];
-      int found = walk_token(s, top, sorted, a, work, UNC_STACKS);
-      if (found > 0) set_bit(t, bitmask, words, b, sorted);
-      if (found < 0) {  // too wide or too deep for local memory: queue it for the wide walk
-        int q = atomicAdd(queue, 1);
-        if (q < WIDE_QUEUE) {
-          queue[1 + 3 * q] = b;
-          queue[2 + 3 * q] = top;
-          queue[3 + 3 * q] = sorted;
-        } else {
-          atomicExch(ptr<int>(t, P_ERROR) + b, ERR_UNCERTAIN_WALK_TOO_LARGE);
-        }
-      }
-    }
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x)
+      check_token<false>(s, top, walk_list[i], bitmask, words, a, work);
   }
 }
 

@@ -41,7 +41,10 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
     node_ref_lo/hi     int32  [N]      range of the node's reference edges in ref_*
     ref_start          int32  [E]      local start node of the referenced rule
     ref_return         int32  [E]      local return node
-    node_row           int32  [N]      row of ``accept_rows`` (-1: the node cannot scan)
+    node_row           int32  [N]      row of ``accept_rows`` (-1: the node cannot scan;
+                                       ROW_UNBUILT: a scannable node whose entry is not in
+                                       the arena yet, ``register(lazy=True)``: the fill walks
+                                       every token from it)
     node_unc_lo/hi     int32  [N]      range of the node's uncertain tokens
     node_distance      int32  [N]      fewest bytes to complete the node's rule (token budgets;
                                        ``gxg.compiler.completion``)
@@ -64,7 +67,10 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
     pair_unc_tokens    int32  [U2]
 
 Register copies a grammar's tables into free ranges of each buffer (first fit); unregister
-returns them. Both may run on any thread (a lock guards the allocators and the id tables; the
+returns them (for reuse once the steps queued before have run). A lazy registration
+(``register(lazy=True)``) copies only the mask entries the grammar's cache holds already, so it
+walks no vocabulary; ``complete_entries`` later swaps in the full entries (computed on any thread
+with ``mask_entries``) between steps. Both may run on any thread (a lock guards the allocators and the id tables; the
 device writes of a registration touch only its own ranges, so a registration may run beside
 steps that use other grammars: ``GrammarBatch.register_in_background``). A buffer too small raises ``ArenaFullError`` naming the buffer, what was needed
 and what is free. The buffers are all that the ops know of the grammars: the CUDA kernels read
@@ -74,12 +80,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from gxg import blobs, layout
+from gxg.compiler.mask_cache import ContextPairs, KernelMaskLayout, kernel_layout
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.layout import NodeFlag
 from gxg.tokenizer import TokenizerInfo
@@ -138,11 +145,60 @@ _BUFFER_OF_CAPACITY = {"nodes": "nodes", "next_entries": "next_flat", "ref_edges
                        "pairs": "pairs", "pair_tokens": "pair_acc"}
 
 
-def entry_counts(compiled: CompiledGrammar) -> Dict[str, int]:
-    """Entries a compiled grammar takes in each arena buffer."""
-    a, masks, pairs = compiled.automaton, compiled.kernel_layout, compiled.context_pairs
+@dataclass(frozen=True, eq=False)
+class MaskEntries:
+    """A grammar's mask entries as the arena lays them out: the kernels' layout of the built
+    nodes and their context pairs; ``unbuilt`` (bool [num_nodes]) marks the scannable nodes
+    left out, which the arena gives ``ROW_UNBUILT`` (their fills walk every token)."""
+    layout: KernelMaskLayout
+    pairs: ContextPairs
+    unbuilt: np.ndarray
+
+    @property
+    def complete(self) -> bool:
+        return not self.unbuilt.any()
+
+
+def mask_entries(compiled: CompiledGrammar, lazy: bool = False) -> MaskEntries:
+    """The entries to copy in. ``lazy=False``: every scannable node's (computing those the
+    compiled grammar's cache lacks: the slow part of a registration, ~0.5 ms per node with
+    Qwen's vocabulary). ``lazy=True``: only the entries the cache already holds, and the token
+    nodes' (their sets, no walk), without context pairs; no vocabulary is walked."""
+    a, cache, info = compiled.automaton, compiled.mask_cache, compiled.tokenizer_info
+    if not lazy or cache.complete:
+        return MaskEntries(compiled.kernel_layout, compiled.context_pairs,
+                           np.zeros(a.num_nodes, dtype=bool))
+    token_nodes = np.flatnonzero((a.token_set >= 0) & a.is_scannable)
+    built = np.union1d(cache.computed_nodes(), token_nodes).astype(np.int32)
+    unbuilt = a.is_scannable.copy()
+    unbuilt[built] = False
+    masks = kernel_layout(cache, a.num_nodes, info.sorted_token_ids, info.vocab_size,
+                          nodes=built)
+    return MaskEntries(masks, _no_pairs(a.num_nodes), unbuilt)
+
+
+def _no_pairs(num_nodes: int) -> ContextPairs:
+    empty = np.zeros(0, dtype=np.int32)
+    return ContextPairs(np.zeros(num_nodes + 1, dtype=np.int32), empty,
+                        np.zeros(1, dtype=np.int32), empty, np.zeros(1, dtype=np.int32), empty)
+
+
+# the buffers that hold mask entries (replaced when a lazy registration is completed)
+ENTRY_BUFFERS = ("accept_rows", "uncertain", "pairs", "pair_acc", "pair_unc")
+
+
+def entry_counts(compiled: CompiledGrammar, entries: MaskEntries = None) -> Dict[str, int]:
+    """Entries a compiled grammar takes in each arena buffer (with ``entries``: with those
+    mask entries; default: every node's)."""
+    a = compiled.automaton
     return {"nodes": a.num_nodes, "next_flat": a.num_nodes * a.num_classes,
-            "refs": int(a.ref_offsets[-1]), "accept_rows": masks.accept_rows.shape[0],
+            "refs": int(a.ref_offsets[-1]),
+            **_entry_counts(entries or mask_entries(compiled))}
+
+
+def _entry_counts(entries: MaskEntries) -> Dict[str, int]:
+    masks, pairs = entries.layout, entries.pairs
+    return {"accept_rows": masks.accept_rows.shape[0],
             "uncertain": int(masks.uncertain_tokens.shape[0]),
             "pairs": int(pairs.pair_below.shape[0]),
             "pair_acc": int(pairs.pair_acc_tokens.shape[0]),
@@ -195,6 +251,7 @@ class _Registration:
     compiled: CompiledGrammar
     ranges: Dict[str, Tuple[int, int]]   # buffer name -> (start, count)
     nbytes: int
+    unbuilt: int = 0                     # scannable nodes without their entry (lazy)
 
 
 def canonical_device(device) -> torch.device:
@@ -246,6 +303,9 @@ class DeviceArena:
         self._registered: Dict[int, _Registration] = {}
         self._by_compiled: Dict[int, int] = {}
         self._lock = threading.Lock()  # allocators and id tables (registration on any thread)
+        # ranges given up (entries replaced, grammars unregistered) and the event after which
+        # no queued kernel reads them (None: at once)
+        self._retired: List[Tuple[Optional[torch.cuda.Event], Dict[str, Tuple[int, int]]]] = []
 
     # ------------------------------------------------------------------ vocabulary
     def _vocabulary_arrays(self) -> Dict[str, np.ndarray]:
@@ -277,51 +337,128 @@ class DeviceArena:
                 for name, value in arrays.items()}
 
     # ------------------------------------------------------------------ registration
-    def register(self, compiled: CompiledGrammar) -> int:
-        """Copy a compiled grammar in (once: registering it again returns the same id)."""
+    def register(self, compiled: CompiledGrammar, *, lazy: bool = False) -> int:
+        """Copy a compiled grammar in (once: registering it again returns the same id).
+        ``lazy=True`` copies only the mask entries the grammar's cache already holds (no
+        vocabulary walk): the fills walk every token from the other nodes, exact but slower,
+        until ``complete_entries`` copies the rest in (``unbuilt_nodes`` counts them)."""
         if compiled.tokenizer_info is not self.tokenizer_info and \
                 compiled.tokenizer_info.vocab_size != self.vocab_size:
             raise ValueError("the compiled grammar was built for another tokenizer")
-        # entry_counts computes the mask entries (and the second level), the slow part: outside
-        # the lock, so that a registration on another thread does not hold up this one
-        sizes = entry_counts(compiled)
+        with self._lock:
+            known = self._known(compiled)
+        if known is not None:
+            return known
+        # the mask entries (and the second level) are the slow part: outside the lock, so that
+        # a registration on another thread does not hold up this one
+        entries = mask_entries(compiled, lazy)
+        sizes = entry_counts(compiled, entries)
         compiled.completion  # (the token budgets' distances, likewise)
         with self._lock:
-            known = self._by_compiled.get(id(compiled))
-            if known is not None and self._registered[known].compiled is compiled:
+            known = self._known(compiled)
+            if known is not None:
                 return known
             if not self._free_ids:
                 raise ArenaFullError(f"the arena holds at most {self.capacity.max_grammars} "
                                      "grammars; unregister one or raise max_grammars")
+            ranges = self._take(sizes)
+            gid = self._free_ids.pop(0)
+            self._write(gid, compiled, ranges)
+            self._write_entries(gid, entries, ranges)
+            self._registered[gid] = _Registration(compiled, ranges, self._nbytes(ranges),
+                                                  int(entries.unbuilt.sum()))
+            self._by_compiled[id(compiled)] = gid
+        return gid
+
+    def _known(self, compiled: CompiledGrammar):
+        known = self._by_compiled.get(id(compiled))
+        if known is not None and self._registered[known].compiled is compiled:
+            return known
+        return None
+
+    def _take(self, sizes: Dict[str, int]) -> Dict[str, Tuple[int, int]]:
+        """Ranges of these sizes, all or none (ArenaFullError names the buffer). Ranges
+        retired while steps were queued are waited for before the arena counts as full."""
+        self._reclaim()
+        while True:
             ranges: Dict[str, Tuple[int, int]] = {}
             try:
                 for name, count in sizes.items():
                     ranges[name] = (self._alloc[name].take(count), count)
+                return ranges
             except ArenaFullError:
                 for name, (start, count) in ranges.items():
                     self._alloc[name].give_back(start, count)
-                raise
-            gid = self._free_ids.pop(0)
-            nbytes = sum(count * self._alloc[name].element_bytes for name, (_, count) in
-                         ranges.items())
-            self._write(gid, compiled, ranges)  # (fast: the entries exist by now)
-            self._registered[gid] = _Registration(compiled, ranges, nbytes)
-            self._by_compiled[id(compiled)] = gid
-        return gid
+                if not self._retired:
+                    raise
+                for event, _ in self._retired:
+                    if event is not None:
+                        event.synchronize()
+                self._reclaim()
+
+    def _nbytes(self, ranges) -> int:
+        return sum(count * self._alloc[name].element_bytes
+                   for name, (_, count) in ranges.items())
+
+    def _reclaim(self) -> None:
+        """Give back the retired entry ranges that no queued kernel can read any more."""
+        kept = []
+        for event, ranges in self._retired:
+            if event is None or event.query():
+                for name, (start, count) in ranges.items():
+                    self._alloc[name].give_back(start, count)
+            else:
+                kept.append((event, ranges))
+        self._retired = kept
+
+    def holds(self, gid: int, compiled: CompiledGrammar) -> bool:
+        """Whether grammar id ``gid`` is ``compiled``'s registration."""
+        registration = self._registered.get(gid)
+        return registration is not None and registration.compiled is compiled
+
+    def unbuilt_nodes(self, gid: int) -> int:
+        """Scannable nodes of grammar ``gid`` whose mask entry the arena does not hold."""
+        return self._registered[gid].unbuilt
+
+    def complete_entries(self, gid: int, compiled: CompiledGrammar,
+                         entries: MaskEntries) -> bool:
+        """Replace a lazy registration's entries with ``entries`` (``mask_entries(compiled)``,
+        computed on any thread). Writes on the current stream, so the steps queued on it before
+        read the old entries and those after the new: call it from the thread that runs the
+        steps, between steps (``GrammarBatch.commit_masks`` does). The old entries' ranges are
+        reused only once the stream has passed this point. Returns False (and writes nothing)
+        when ``gid`` no longer holds ``compiled``."""
+        with self._lock:
+            registration = self._registered.get(gid)
+            if registration is None or registration.compiled is not compiled:
+                return False
+            new = self._take(_entry_counts(entries))
+            self._write_entries(gid, entries, new)
+            # A new generation: the CPU kernels rebuild their tables of this id.
+            self.grammar_generation[gid] += 1
+            old = {name: registration.ranges[name] for name in ENTRY_BUFFERS}
+            registration.ranges.update(new)
+            registration.nbytes = self._nbytes(registration.ranges)
+            registration.unbuilt = int(entries.unbuilt.sum())
+            event = None
+            if self.device.type == "cuda":
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(self.device))
+            self._retired.append((event, old))
+        return True
+
+    def _put(self, tensor: torch.Tensor, start: int, values: np.ndarray) -> None:
+        if len(values):
+            tensor[start: start + len(values)] = torch.from_numpy(
+                np.ascontiguousarray(values, dtype=np.int32)).to(self.device)
 
     def _write(self, gid: int, compiled: CompiledGrammar, ranges) -> None:
-        a, masks, dev = compiled.automaton, compiled.kernel_layout, self.device
+        """The grammar's automaton tables (everything but the mask entries)."""
+        a, dev, put = compiled.automaton, self.device, self._put
         node_base = ranges["nodes"][0]
         next_base = ranges["next_flat"][0]
         ref_base = ranges["refs"][0]
-        row_base = ranges["accept_rows"][0]
-        unc_base = ranges["uncertain"][0]
         n, c = a.num_nodes, a.num_classes
-
-        def put(tensor: torch.Tensor, start: int, values: np.ndarray) -> None:
-            if len(values):
-                tensor[start: start + len(values)] = torch.from_numpy(
-                    np.ascontiguousarray(values, dtype=np.int32)).to(dev)
 
         self.grammar_node_base[gid] = node_base
         self.grammar_nodes[gid] = n
@@ -346,20 +483,23 @@ class DeviceArena:
         put(self.node_ref_hi, node_base, ref_base + a.ref_offsets[1:])
         put(self.ref_start, ref_base, a.rule_start[a.ref_rule])
         put(self.ref_return, ref_base, a.ref_return)
+        completion = compiled.completion
+        put(self.node_distance, node_base, completion.node_distance)
+        self.grammar_max_rise[gid] = completion.max_rise
+
+    def _write_entries(self, gid: int, entries: MaskEntries, ranges) -> None:
+        """The mask entries: the data first, then the per-node fields that point at it."""
+        masks, pairs, dev, put = entries.layout, entries.pairs, self.device, self._put
+        node_base = int(self.grammar_node_base[gid])
+        row_base = ranges["accept_rows"][0]
+        unc_base = ranges["uncertain"][0]
         rows = masks.accept_rows
         if rows.shape[0]:
             self.accept_rows[row_base: row_base + rows.shape[0]] = torch.from_numpy(
                 np.ascontiguousarray(rows)).to(dev)
-        put(self.node_row, node_base, np.where(masks.node_row >= 0,
-                                               masks.node_row + row_base, -1))
-        put(self.node_unc_lo, node_base, unc_base + masks.uncertain_offsets[:-1])
-        put(self.node_unc_hi, node_base, unc_base + masks.uncertain_offsets[1:])
         put(self.uncertain_tokens, unc_base, masks.uncertain_tokens)
-        pairs = compiled.context_pairs
         pair_base = ranges["pairs"][0]
         acc_base, unc2_base = ranges["pair_acc"][0], ranges["pair_unc"][0]
-        put(self.node_pair_lo, node_base, pair_base + pairs.node_pair_offsets[:-1])
-        put(self.node_pair_hi, node_base, pair_base + pairs.node_pair_offsets[1:])
         put(self.pair_below, pair_base, pairs.pair_below)
         put(self.pair_acc_lo, pair_base, acc_base + pairs.pair_acc_offsets[:-1])
         put(self.pair_acc_hi, pair_base, acc_base + pairs.pair_acc_offsets[1:])
@@ -367,17 +507,25 @@ class DeviceArena:
         put(self.pair_unc_hi, pair_base, unc2_base + pairs.pair_unc_offsets[1:])
         put(self.pair_acc_tokens, acc_base, pairs.pair_acc_tokens)
         put(self.pair_unc_tokens, unc2_base, pairs.pair_unc_tokens)
-        completion = compiled.completion
-        put(self.node_distance, node_base, completion.node_distance)
-        self.grammar_max_rise[gid] = completion.max_rise
+        put(self.node_unc_lo, node_base, unc_base + masks.uncertain_offsets[:-1])
+        put(self.node_unc_hi, node_base, unc_base + masks.uncertain_offsets[1:])
+        put(self.node_pair_lo, node_base, pair_base + pairs.node_pair_offsets[:-1])
+        put(self.node_pair_hi, node_base, pair_base + pairs.node_pair_offsets[1:])
+        put(self.node_row, node_base, np.where(
+            masks.node_row >= 0, masks.node_row + row_base,
+            np.where(entries.unbuilt, layout.KERNEL_CONSTANTS["ROW_UNBUILT"], -1)))
 
     def unregister(self, gid: int) -> None:
         with self._lock:
             registration = self._registered.pop(gid, None)
             if registration is None:
                 raise KeyError(f"grammar id {gid} is not registered")
-            for name, (start, count) in registration.ranges.items():
-                self._alloc[name].give_back(start, count)
+            # (steps queued before may still read them: reused once the stream passes here)
+            event = None
+            if self.device.type == "cuda":
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(self.device))
+            self._retired.append((event, registration.ranges))
             self._by_compiled.pop(id(registration.compiled), None)
             self._free_ids.append(gid)
             self._free_ids.sort()

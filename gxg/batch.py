@@ -7,9 +7,14 @@ Out: the per-step operations as ``torch.ops.xg`` ops on tensors that never move:
      top-p over the allowed tokens), accept sampled tokens, roll back, reset. Nothing in
      a step reads the device from the host, so a step can be captured in a CUDA graph or traced
      by ``torch.compile``; ``bind``/``unbind`` (host writes) belong between steps.
-``register_in_background`` puts a new grammar into the arena on a host thread while the batch
-steps (its mask entries are the slow part), so that a request with a new grammar joins without
-holding up the others' steps.
+A new grammar's mask entries are the slow part of taking it in (~0.5 ms per automaton node
+with a 150k-token vocabulary). On CUDA ``bind`` registers it lazily by default
+(``lazy_masks``): the arena gets the automaton and the entries the grammar's cache already has,
+the fills walk every token from the other nodes on the device (exact; ~tens of µs per such top
+at B = 1), a host thread computes the missing entries, and ``commit_masks`` (called by ``bind``,
+``unbind`` and eager fills, or by the caller between graph replays) copies them in between
+steps. ``register_in_background`` instead registers a grammar with all its entries on a host
+thread while the batch steps.
 
 Eagerly on CUDA, ``fill_next_token_bitmask`` and ``accept`` replay CUDA graphs of themselves
 that they capture on their second call with the same buffers (``eager_graphs=False`` turns this
@@ -41,7 +46,7 @@ import torch
 
 from gxg import blobs, layout
 from gxg.ops import xg_ops  # registers torch.ops.xg
-from gxg.arena import ArenaCapacity, DeviceArena, canonical_device
+from gxg.arena import ArenaCapacity, DeviceArena, canonical_device, mask_entries
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.runtime import RuntimeLimits, RuntimeState
 from gxg.tokenizer import TokenizerInfo
@@ -56,8 +61,17 @@ class GrammarBatch:
     def __init__(self, tokenizer_info: TokenizerInfo, device="cuda", max_batch: int = 256,
                  limits: RuntimeLimits = RuntimeLimits(),
                  capacity: ArenaCapacity = ArenaCapacity(), *, eager_graphs: bool = True,
-                 arena: Optional[DeviceArena] = None):
+                 arena: Optional[DeviceArena] = None, lazy_masks: Optional[bool] = None):
         self.device = canonical_device(device)
+        # ``bind`` registers without the mask entries the grammar's cache lacks (default on
+        # CUDA): the first mask needs no vocabulary walk on the host; a thread computes the
+        # entries and ``commit_masks`` copies them in between steps.
+        self.lazy_masks = self.device.type == "cuda" if lazy_masks is None else bool(lazy_masks)
+        self._building: dict = {}   # grammar id -> (compiled, Future[MaskEntries])
+        self._builder: Optional[ThreadPoolExecutor] = None
+        #: grammar id -> the exception that stopped its entries' build (its nodes stay
+        #: without entries: exact masks, every token walked)
+        self.mask_build_errors: dict = {}
         # Eager fill and accept on CUDA replay cached CUDA graphs of themselves (``_replay``):
         # one host call instead of a launch per kernel. A cache, and it says so.
         self.eager_graphs = eager_graphs
@@ -92,7 +106,7 @@ class GrammarBatch:
         self.runtime, views = blobs.allocate("runtime", dims, dev, rows=b)
         for name, array in zip(RuntimeState.FIELDS, host.arrays()):
             views[name].copy_(torch.from_numpy(array))
-        views["limits"].copy_(torch.tensor(limits.row(self.vocab_size), dtype=torch.int32))
+        views["limits"].copy_(torch.tensor(limits.row(self.vocab_size, self.arena.dims["S"]), dtype=torch.int32))
         every = {**self.arena.tensors(), **views}
         # Device addresses of every buffer, in the layout's order (csrc/automaton.cu, P_*).
         views["pointer_table"].copy_(torch.tensor(
@@ -129,12 +143,48 @@ class GrammarBatch:
         budget of ``max_tokens`` (None: none); returns the grammar id. Between steps only (it
         writes from the host)."""
         self._check_slot(slot)
-        gid = self.arena.register(compiled)
+        self.commit_masks()
+        gid = self.arena.register(compiled, lazy=self.lazy_masks)
+        if self.arena.unbuilt_nodes(gid) and gid not in self._building:
+            self._build_masks(gid, compiled)
         self._field["grammar"][slot] = gid
         self.set_token_budget(slot, max_tokens)
         self.reset([slot])
         return gid
 
+    def _build_masks(self, gid: int, compiled: CompiledGrammar) -> None:
+        """Compute the missing mask entries of grammar ``gid`` on the builder thread (host
+        work only: no CUDA call, so it never meets a capture)."""
+        if self._builder is None:
+            self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gxg-masks")
+        self._building[gid] = (compiled, self._builder.submit(mask_entries, compiled))
+
+    def commit_masks(self, wait: bool = False) -> int:
+        """Copy the mask entries that the builder thread has finished into the arena (on the
+        current stream, so the steps queued before use the old entries and later ones the
+        new); with ``wait``, wait for every build first. Returns how many grammars got their
+        entries. ``bind``, ``unbind`` and eager fills call it; a loop that only replays its
+        own CUDA graphs calls it between steps (cheap when nothing is pending). Does nothing
+        inside a capture or under torch.compile."""
+        if not self._building or torch.compiler.is_compiling() or (
+                self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            return 0
+        committed = 0
+        for gid, (compiled, future) in list(self._building.items()):
+            if not self.arena.holds(gid, compiled):  # it left the arena: drop its build
+                future.cancel()
+                del self._building[gid]
+                continue
+            if not (wait or future.done()):
+                continue
+            del self._building[gid]
+            try:
+                entries = future.result()
+            except Exception as error:  # noqa: BLE001 - kept for the caller; masks stay exact
+                self.mask_build_errors[gid] = error
+                continue
+            committed += self.arena.complete_entries(gid, compiled, entries)
+        return committed
     def register_in_background(self, compiled: CompiledGrammar) -> "Future[int]":
         """Register ``compiled`` in the arena on a background thread while the batch goes on
         stepping (the arena's lock guards its tables; the copies touch only the new grammar's
@@ -160,6 +210,7 @@ class GrammarBatch:
 
     def unbind(self, slot: int) -> None:
         self._check_slot(slot)
+        self.commit_masks()
         self._field["grammar"][slot] = -1
         self.set_token_budget(slot, None)
         self.reset([slot])
@@ -231,6 +282,7 @@ class GrammarBatch:
     # ------------------------------------------------------------------ steps (device side)
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> torch.Tensor:
         self._check_bitmask(bitmask)
+        self.commit_masks()
 
         def fill():
             self._op("fill_next_token_bitmask")(self.runtime, self._arena_tensors, bitmask,
@@ -247,6 +299,7 @@ class GrammarBatch:
         ``bitmask`` when given (else to an internal buffer, returned)."""
         bitmask = self._bitmask if bitmask is None else bitmask
         self._check_bitmask(bitmask)
+        self.commit_masks()
         self._op("fill_and_apply")(self.runtime, self._arena_tensors, logits, bitmask,
                                    self._budget())
         return bitmask

@@ -113,7 +113,7 @@ BUFFERS: Tuple[Buffer, ...] = (
     _arena("node_ref_hi", "int32", ("N",)),
     _arena("ref_start", "int32", ("E",)),
     _arena("ref_return", "int32", ("E",)),
-    _arena("node_row", "int32", ("N",), "accept row (-1: the node cannot scan)"),
+    _arena("node_row", "int32", ("N",), "accept row (-1: the node cannot scan; ROW_UNBUILT: no entry yet)"),
     _arena("node_unc_lo", "int32", ("N",)),
     _arena("node_unc_hi", "int32", ("N",)),
     _arena("accept_rows", "int32", ("R", "W")),
@@ -186,7 +186,7 @@ class ErrorCode(enum.IntEnum):
 
 
 #: The ``limits`` row: what each position holds (the rest of the 8 ints are 0).
-LIMITS_ROW = ("P", "K", "H", "MAX_CLOSURE", "WORK_CAP", "V", "PI")
+LIMITS_ROW = ("P", "K", "H", "MAX_CLOSURE", "WORK_CAP", "V", "PI", "S")
 
 #: Launch shapes the launchers (ops/cuda_automaton.py) and the kernels must agree on.
 KERNEL_CONSTANTS = {
@@ -197,6 +197,13 @@ KERNEL_CONSTANTS = {
     "POOL_INDEX_TOMBSTONE": -2,  # a pool_index slot whose entry was moved or dropped
     "TOKEN_MOVES": 1,   # grammar_token_steps bit: the grammar has token nodes
     "COUNT_TOKENS": 2,  # grammar_token_steps bit: the grammar has token-budget counters
+    # node_row of a scannable node whose mask entry the arena does not hold yet (a lazy
+    # registration, ``DeviceArena.register(lazy=True)``): the fill walks every token from it
+    "ROW_UNBUILT": -2,
+    # xg_uncertain's threads over the whole batch, at least: a slot gets
+    # max(1, UNBUILT_THREADS / (B * UNC_THREADS)) blocks, which share the walks of its tops at
+    # nodes without an entry (every sorted token); its other walks stay on its first block
+    "UNBUILT_THREADS": 32768,
 }
 
 #: The pool index's hash (``pool_index_slot``; cuda_header() writes the same in C).

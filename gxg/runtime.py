@@ -84,11 +84,12 @@ class RuntimeLimits:
                 "K": self.max_stacks, "H": self.history,
                 "CLOSURE": self.max_closure, "WORK": self.work_capacity}
 
-    def row(self, vocab_size: int) -> list:
-        """The ``limits`` buffer's 8 ints, positions as ``gxg.layout.LIMITS_ROW`` declares."""
+    def row(self, vocab_size: int, sorted_tokens: int) -> list:
+        """The ``limits`` buffer's 8 ints, positions as ``gxg.layout.LIMITS_ROW`` declares
+        (``sorted_tokens``: S, the arena's sorted vocabulary)."""
         values = {"P": self.pool_entries, "K": self.max_stacks, "H": self.history,
                   "MAX_CLOSURE": self.max_closure, "WORK_CAP": self.work_capacity,
-                  "V": vocab_size, "PI": self.pool_index_slots}
+                  "V": vocab_size, "PI": self.pool_index_slots, "S": sorted_tokens}
         row = [values[name] for name in layout.LIMITS_ROW]
         return row + [0] * (layout.buffer("limits").dims[0] - len(row))
 

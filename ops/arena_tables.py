@@ -115,18 +115,47 @@ def automaton_of(b: Dict[str, np.ndarray], g: int) -> ArenaAutomaton:
         token_count_next=b["node_count_next"][nodes].copy())
 
 
-def mask_layout_of(b: Dict[str, np.ndarray], g: int) -> KernelMaskLayout:
+class ArenaMaskLayout:
+    """A grammar's ``KernelMaskLayout`` (its attributes are this object's) in which the nodes
+    without an entry yet (``ROW_UNBUILT``: a lazy registration) accept no token by row and
+    have every sorted token uncertain, so the fill walks them all from the real stack, as
+    xg_uncertain does on the GPU."""
+
+    def __init__(self, masks: KernelMaskLayout, unbuilt: np.ndarray, num_sorted: int):
+        self.masks = masks
+        self.unbuilt = unbuilt
+        self._every = np.arange(num_sorted, dtype=np.int32)
+
+    def __getattr__(self, name):
+        return getattr(self.masks, name)
+
+    def rows(self, nodes) -> np.ndarray:
+        return self.masks.rows(nodes)   # (an unbuilt node's row is the appended zero row)
+
+    def uncertain(self, node: int) -> np.ndarray:
+        return self._every if self.unbuilt[node] else self.masks.uncertain(node)
+
+
+def mask_layout_of(b: Dict[str, np.ndarray], g: int):
     """The grammar's accept rows (a contiguous range of ``accept_rows``) and uncertain tokens,
-    renumbered from 0."""
+    renumbered from 0; an ``ArenaMaskLayout`` when some node has no entry yet."""
     nodes = _nodes(b, g)
     node_row = b["node_row"][nodes]
     used = node_row[node_row >= 0]
     first, end = (int(used.min()), int(used.max()) + 1) if len(used) else (0, 0)
     unc_lo, unc_hi, unc_offsets = _span(b["node_unc_lo"][nodes], b["node_unc_hi"][nodes])
-    return KernelMaskLayout(node_row=np.where(node_row >= 0, node_row - first, -1),
-                            accept_rows=b["accept_rows"][first:end].copy(),
-                            uncertain_offsets=unc_offsets.astype(np.int32),
-                            uncertain_tokens=b["uncertain_tokens"][unc_lo:unc_hi].copy())
+    accept_rows = b["accept_rows"][first:end].copy()
+    unbuilt = node_row == layout.KERNEL_CONSTANTS["ROW_UNBUILT"]
+    local_row = np.where(node_row >= 0, node_row - first, -1)
+    if unbuilt.any():  # one zero row for them
+        local_row[unbuilt] = len(accept_rows)
+        accept_rows = np.vstack([accept_rows, np.zeros((1, accept_rows.shape[1]), np.int32)])
+    masks = KernelMaskLayout(node_row=local_row.astype(np.int32), accept_rows=accept_rows,
+                             uncertain_offsets=unc_offsets.astype(np.int32),
+                             uncertain_tokens=b["uncertain_tokens"][unc_lo:unc_hi].copy())
+    if unbuilt.any():
+        return ArenaMaskLayout(masks, unbuilt, len(b["sorted_token_ids"]))
+    return masks
 
 
 def completion_of(b: Dict[str, np.ndarray], g: int, rule_start: np.ndarray

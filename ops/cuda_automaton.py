@@ -143,15 +143,21 @@ def status(table: torch.Tensor, out: torch.Tensor) -> None:
 
 
 UNCERTAIN_THREADS = layout.KERNEL_CONSTANTS["UNC_THREADS"]
+UNBUILT_THREADS = layout.KERNEL_CONSTANTS["UNBUILT_THREADS"]
+
+
+def uncertain_parts(batch: int) -> int:
+    """Blocks of xg_uncertain per slot: they share the walks from nodes without an entry."""
+    return max(1, UNBUILT_THREADS // (max(batch, 1) * UNCERTAIN_THREADS))
 
 
 def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor) -> None:
-    """The uncertain-token walks, ORed into the bitmask the dense fill wrote: xg_uncertain (B
-    blocks), then xg_uncertain_wide (one block) over the walks it queued, which also gives the
-    rows of slots that ran out of room the stop tokens only and zeroes the queue's count (so
-    the next fill finds it empty)."""
+    """The uncertain-token walks, ORed into the bitmask the dense fill wrote: xg_uncertain (B x
+    ``uncertain_parts(B)`` blocks), then xg_uncertain_wide (one block) over the walks it
+    queued, which also gives the rows of slots that ran out of room the stop tokens only and
+    zeroes the queue's count (so the next fill finds it empty)."""
     words = np.int32(bitmask.shape[1])
-    _launch("xg_uncertain", table.device, (batch,), (UNCERTAIN_THREADS,),
+    _launch("xg_uncertain", table.device, (batch, uncertain_parts(batch)), (UNCERTAIN_THREADS,),
             (_pointer(table), np.int32(batch), _pointer(bitmask), words))
     _launch("xg_uncertain_wide", table.device, (1,), (wide_sizes(table.device)[2],),
             (_pointer(table), np.int32(batch), _pointer(bitmask), words))

@@ -52,7 +52,7 @@ DOCUMENTS = {
 
 
 def measure(info, compiled, tokens, batch_size: int, reps: int) -> dict:
-    batch = GrammarBatch(info, device="cuda", max_batch=batch_size)
+    batch = GrammarBatch(info, device="cuda", max_batch=batch_size, lazy_masks=False)
     for slot in range(batch_size):
         batch.bind(slot, compiled)
     for slot in range(batch_size):

@@ -42,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     info = vocabularies.tokenizer_info_for("qwen")
     tokenizer = vocabularies.qwen_tokenizer()
-    batch = GrammarBatch(info, device="cuda", max_batch=1)
+    batch = GrammarBatch(info, device="cuda", max_batch=1, lazy_masks=False)
     batch.bind(0, GrammarCompiler(info).compile_builtin_json_grammar())
     runtime, arena = batch.runtime, batch.arena.op_tensors()
     bitmask = torch.zeros((1, (info.vocab_size + 31) // 32), dtype=torch.int32, device="cuda")

@@ -44,7 +44,7 @@ DOCUMENT = ('{"name": "Ada Lovelace", "tags": ["math", "poetry", "engines"], "bo
 
 def eager_step_times(info, compiled, tokens) -> list:
     """Seconds per eager step (fill + accept + reading accepted) along ``tokens``."""
-    batch = GrammarBatch(info, device="cuda", max_batch=1)
+    batch = GrammarBatch(info, device="cuda", max_batch=1, lazy_masks=False)
     batch.bind(0, compiled)
     bitmask = torch.empty((1, (info.vocab_size + 31) // 32), dtype=torch.int32, device="cuda")
     stream = torch.tensor(tokens, dtype=torch.int64, device="cuda").view(-1, 1)

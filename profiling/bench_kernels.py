@@ -54,7 +54,7 @@ def main() -> None:
     v = info.vocab_size
     rows, apply_rows = [], []
     for b in args.batches:
-        batch = GrammarBatch(info, device="cuda", max_batch=b)
+        batch = GrammarBatch(info, device="cuda", max_batch=b, lazy_masks=False)
         for slot in range(b):
             batch.bind(slot, compiled)
         for t in range(args.advance):

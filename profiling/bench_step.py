@@ -155,7 +155,8 @@ def token_streams(tokenizer, docs, steps):
 
 def time_gxg(info, compiled, streams, batch_size, steps, reps):
     limits = RuntimeLimits()
-    batch = GrammarBatch(info, device="cuda", max_batch=batch_size, limits=limits)
+    batch = GrammarBatch(info, device="cuda", max_batch=batch_size, limits=limits,
+                         lazy_masks=False)
     for slot in range(batch_size):
         batch.bind(slot, compiled)
     tokens = torch.tensor([[streams[b % len(streams)][t] for b in range(batch_size)]

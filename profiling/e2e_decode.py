@@ -655,7 +655,8 @@ def run_batch_size(b: int, model: Llama, info, grammars, xgr, args, device,
     if {"gxg", "gxg_fused"} & set(args.configs):
         batch = GrammarBatch(info, device=device, max_batch=b,
                              capacity=ArenaCapacity.to_hold([g["gxg"] for g in grammars],
-                                                               ArenaCapacity(max_grammars=2)))
+                                                               ArenaCapacity(max_grammars=2)),
+                             lazy_masks=False)  # steady state: every entry at bind
     for grammar in grammars:
         name = grammar["name"]
         if {"gxg", "gxg_fused"} & set(args.configs):

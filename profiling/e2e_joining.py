@@ -11,8 +11,11 @@ is reset) and the grammar it replaces is unregistered. That host work is part of
 in a serving engine, which must have a request's grammar on the device before its first step.
 
 Configurations, same run, same model: ``off`` (no grammar: forward + sampling in one graph),
-``gxg_steady`` (every slot on the same grammars, no joins), ``gxg_joining`` (compile and bind
-in the step) and ``gxg_joining_background`` (the same arrivals prepared on a host thread:
+``gxg_steady`` (every slot on the same grammars, no joins), ``gxg_joining_lazy`` (compile and
+a lazy bind in the step: the arena takes the automaton without the mask entries, the fills walk
+every token from the nodes without one, a host thread builds the entries and
+``GrammarBatch.commit_masks`` copies them in before the first step after they are done),
+``gxg_joining`` (compile and bind with every entry in the step) and ``gxg_joining_background`` (the same arrivals prepared on a host thread:
 compile, then ``GrammarBatch.register_in_background``; the slot switches at the first step
 after both are done, when ``bind`` only resets it; reported: the steps a request waited). Each step is
 timed on the host with a synchronisation at its end (so the per-step times include the joins);
@@ -102,31 +105,46 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
                                                 uncertain_tokens=1 << 22, pairs=1 << 18,
                                                 pair_tokens=1 << 22))
     gids = [batch.bind(slot, first[slot % len(first)]) for slot in range(b)]
+    batch.commit_masks(wait=True)  # steady state: every entry in the arena
     st.new_requests()
     step = Step(gxg_step(model, st, batch, sample), graphs)
     rows.append({"config": "gxg_steady", **summary(timed_steps(step, st, args.steps))})
 
-    joins: List[Dict[str, float]] = []
-    queue = iter(files[b:] + files[:b])
+    def joining(lazy: bool):
+        """``before_step`` for joins in the step: compile, bind (lazily or with every entry),
+        and with ``lazy`` the entries the builder thread finished copied in before each step."""
+        joins: List[Dict[str, float]] = []
+        queue = iter(files[b:] + files[:b])
 
-    def join(i: int) -> None:
-        if i % args.join_every:
-            return
-        slot = (i // args.join_every) % b
-        path = next(queue, None)
-        if path is None:
-            return
-        t0 = time.perf_counter()
-        compiled = compiler.compile_json_schema(load_schema(path), strict_mode=False)
-        t1 = time.perf_counter()
-        old, gids[slot] = gids[slot], batch.bind(slot, compiled)
-        if old not in gids:  # the replaced grammar leaves the arena
-            batch.arena.unregister(old)
-        joins.append({"file": path.name, "compile_ms": 1e3 * (t1 - t0),
-                      "bind_ms": 1e3 * (time.perf_counter() - t1),
-                      "nodes": compiled.automaton.num_nodes})
+        def join(i: int) -> None:
+            if lazy:
+                batch.commit_masks()
+            if i % args.join_every:
+                return
+            slot = (i // args.join_every) % b
+            path = next(queue, None)
+            if path is None:
+                return
+            t0 = time.perf_counter()
+            compiled = compiler.compile_json_schema(load_schema(path), strict_mode=False)
+            t1 = time.perf_counter()
+            batch.lazy_masks = lazy
+            old, gids[slot] = gids[slot], batch.bind(slot, compiled)
+            if old not in gids:  # the replaced grammar leaves the arena
+                batch.arena.unregister(old)
+            joins.append({"file": path.name, "compile_ms": 1e3 * (t1 - t0),
+                          "bind_ms": 1e3 * (time.perf_counter() - t1),
+                          "nodes": compiled.automaton.num_nodes})
+        return join, joins
+
+    join, joins = joining(lazy=True)
+    rows.append({"config": "gxg_joining_lazy",
+                 **summary(timed_steps(step, st, args.steps, join)), "joins": joins})
+    batch.commit_masks(wait=True)
+    join, joins = joining(lazy=False)
     rows.append({"config": "gxg_joining",
                  **summary(timed_steps(step, st, args.steps, join)), "joins": joins})
+    queue = iter(files[b:] + files[:b])
 
     # the same arrivals, prepared on a host thread: compile, then register_in_background; the
     # slot switches at the first step after both are done (bind then only resets it)

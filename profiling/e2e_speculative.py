@@ -328,7 +328,8 @@ def run_batch_size(b: int, k: int, target, drafter, info, grammars, xgr, args, d
     if "gxg" in args.configs:
         batch = GrammarBatch(info, device=device, max_batch=b,
                              capacity=ArenaCapacity.to_hold([g["gxg"] for g in grammars],
-                                                               ArenaCapacity(max_grammars=2)))
+                                                               ArenaCapacity(max_grammars=2)),
+                             lazy_masks=False)  # steady state: every entry at bind
         masks = DraftMasks(batch, st.n)
         bitmask = torch.zeros((b, st.n, layout.bitmask_words(info.vocab_size)),
                               dtype=torch.int32, device=device)

@@ -45,8 +45,10 @@ wall clock includes time the process spent descheduled, the CPU time does not.
 New nodes (gxg's lazy mask cache): a step whose fill computed some node's entry (the
 cache's ``num_computed`` grew) is a *new-node* step; the others are *steady* steps. Both
 kinds are in the TBM columns; the table adds the steady steps' p99 and the new-node steps'
-count and p50/p99 (``tbm_steady_us`` / ``tbm_new_node_us`` in the JSON). gxg-gpu has none: its
-arena takes every entry at ``bind`` (inside its TTFM).
+count and p50/p99 (``tbm_steady_us`` / ``tbm_new_node_us`` in the JSON). For gxg-gpu a new-node
+step is one taken while the arena still lacks some of the grammar's entries (``bind`` registers
+lazily: those fills walk every token from such nodes on the device; a host thread builds the
+entries, and the fill that finds them ready copies them in).
 
 Timeouts: the elapsed time is checked between tokens, and a SIGALRM at the limit interrupts
 Python code (gxg's compiler and CPU ops). Compiled C++ (XGrammar, LLGuidance) cannot be
@@ -61,7 +63,8 @@ on the CPU kernels of the ops, for testing only): the same loop on a ``GrammarBa
 per token ``fill_next_token_bitmask`` on the device + ``torch.cuda.synchronize``, the token's bit
 read back (untimed), ``accept`` + reading its result (one small sync); TBM = host clock of fill +
 accept including those syncs (this is the latency of one request stepping alone, not a
-throughput number). TTFM = CPU compile + ``bind`` (the arena upload) + first mask.
+throughput number). TTFM = CPU compile + ``bind`` (the arena upload: the automaton and the
+entries the compile computed, none for a lazy mask cache) + first mask.
 
 The two numbers to write down first: the TBM floor of a mask fill is one bitmask row written,
 ceil(151851/32)·4 = 18,980 bytes (a few µs of memory traffic on any CPU — the engines are far
@@ -283,7 +286,13 @@ class GxgGpuEngine(GxgEngine):
         return self.accept(self.stop_id) and bool(self.batch.is_terminated()[0])
 
     def computed_entries(self):
-        return None  # the arena took every entry at bind: no step meets a new node
+        # A step taken while the arena still lacks some of the grammar's entries (``bind``
+        # registers lazily; the fill walks every token from those nodes, and the fill that
+        # finds the builder thread done copies them in) counts as a new-node step: the value
+        # differs before and after it.
+        self._steps = getattr(self, "_steps", 0) + 1
+        lacking = self.gid is not None and self.batch.arena.unbuilt_nodes(self.gid)
+        return self._steps if lacking else 0
 
     def release(self):
         if self.gid is not None:

@@ -133,7 +133,8 @@ def test_buffers_have_the_declared_shapes(batch):
     row = dict(zip(layout.LIMITS_ROW, views["limits"].tolist()))
     assert row == {"P": limits.pool_entries, "K": limits.max_stacks, "H": limits.history,
                    "MAX_CLOSURE": limits.max_closure, "WORK_CAP": limits.work_capacity,
-                   "V": batch.vocab_size, "PI": limits.pool_index_slots}
+                   "V": batch.vocab_size, "PI": limits.pool_index_slots,
+                   "S": batch.arena.dims["S"]}
     np.testing.assert_array_equal(views["grammar"], batch.host_state().grammar)
 
 

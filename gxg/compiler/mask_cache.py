@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -418,8 +418,12 @@ def dense_row(entry: NodeTokenMask, num_sorted: int, sorted_token_ids: np.ndarra
 
 
 def kernel_layout(cache: MaskCache, num_nodes: int, sorted_token_ids: np.ndarray,
-                  vocab_size: int) -> KernelMaskLayout:
+                  vocab_size: int, nodes: Optional[Sequence[int]] = None) -> KernelMaskLayout:
+    """The kernels' view of the entries of ``nodes`` (scannable; default: every scannable
+    node, computing the entries a lazy cache lacks). Nodes left out get no row (-1) and no
+    uncertain tokens: the arena marks the scannable ones as not built yet."""
     words = bitmask_words(vocab_size)
+    nodes = cache.nodes.tolist() if nodes is None else [int(n) for n in nodes]
     node_row = np.full(num_nodes, -1, dtype=np.int32)
     rows: List[np.ndarray] = []
     row_of: Dict[bytes, int] = {}
@@ -428,7 +432,7 @@ def kernel_layout(cache: MaskCache, num_nodes: int, sorted_token_ids: np.ndarray
     row_of_entry: Dict[tuple, int] = {}
     uncertain_counts = np.zeros(num_nodes, dtype=np.int64)
     uncertain_parts = {}
-    for node, entry in zip(cache.nodes.tolist(), cache.entries):
+    for node, entry in zip(nodes, cache.entries_of(nodes)):
         entry_key = (int(entry.store_type), entry.indices.tobytes(), entry.bitset.tobytes(),
                      entry.uncertain.tobytes())
         index = row_of_entry.get(entry_key)
@@ -509,8 +513,12 @@ def below_nodes(automaton: Automaton) -> List[set]:
 
 
 def build_context_pairs(automaton: Automaton, cache: MaskCache, token_bytes: np.ndarray,
-                        token_offsets: np.ndarray, sorted_token_ids: np.ndarray
-                        ) -> ContextPairs:
+                        token_offsets: np.ndarray, sorted_token_ids: np.ndarray,
+                        nodes: Optional[Sequence[int]] = None) -> ContextPairs:
+    """The pairs of ``nodes`` (default: every scannable node; a node left out has none, and
+    the runtime walks all of its uncertain tokens from the real stack)."""
+    # ascending: the pairs are appended in node order (CSR)
+    nodes = cache.nodes.tolist() if nodes is None else sorted({int(n) for n in nodes})
     escaping = VocabularyWalk(StackWalker(automaton, escape_bottom=True, use_lookahead=False),
                               token_bytes, token_offsets)
     bottom = VocabularyWalk(StackWalker(automaton, escape_bottom=False), token_bytes,
@@ -519,7 +527,7 @@ def build_context_pairs(automaton: Automaton, cache: MaskCache, token_bytes: np.
     below = below_nodes(automaton)
     pair_offsets = np.zeros(automaton.num_nodes + 1, dtype=np.int64)
     pairs_below, acc_parts, unc_parts = [], [], []
-    for node, entry in zip(cache.nodes.tolist(), cache.entries):
+    for node, entry in zip(nodes, cache.entries_of(nodes) if nodes else ()):
         uncertain = entry.uncertain
         if len(uncertain) == 0:
             continue
