@@ -17,7 +17,9 @@ every token from the nodes without one, a host thread builds the entries and
 ``GrammarBatch.commit_masks`` copies them in before the first step after they are done),
 ``gxg_joining`` (compile and bind with every entry in the step) and ``gxg_joining_background`` (the same arrivals prepared on a host thread:
 compile, then ``GrammarBatch.register_in_background``; the slot switches at the first step
-after both are done, when ``bind`` only resets it; reported: the steps a request waited). Each step is
+after both are done, when ``bind`` only resets it; reported: the steps a request waited) and
+``gxg_joining_lazy_background`` (compile on the thread, then a lazy bind in the first step
+after it: a request waits only for its compile). Each step is
 timed on the host with a synchronisation at its end (so the per-step times include the joins);
 reported: mean, p50, p99 per step; the grammar's overhead over ``off`` in % of the mean and the
 p99; and the join work alone (compile and bind, ms per join).
@@ -101,7 +103,7 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
     first = [compiler.compile_json_schema(load_schema(f), strict_mode=False) for f in files[:b]]
     batch = GrammarBatch(info, device=device, max_batch=b,
                          capacity=ArenaCapacity(max_grammars=2 * b + 2, nodes=1 << 18,
-                                                next_entries=1 << 23, accept_rows=4096,
+                                                next_entries=1 << 23, accept_rows=8192,
                                                 uncertain_tokens=1 << 22, pairs=1 << 18,
                                                 pair_tokens=1 << 22))
     gids = [batch.bind(slot, first[slot % len(first)]) for slot in range(b)]
@@ -144,38 +146,51 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
     join, joins = joining(lazy=False)
     rows.append({"config": "gxg_joining",
                  **summary(timed_steps(step, st, args.steps, join)), "joins": joins})
-    queue = iter(files[b:] + files[:b])
 
-    # the same arrivals, prepared on a host thread: compile, then register_in_background; the
-    # slot switches at the first step after both are done (bind then only resets it)
-    background: List[Dict[str, float]] = []
+    # the same arrivals, prepared on a host thread: compile, then (``lazy=False``)
+    # register_in_background; the slot switches at the first step after that is done, when
+    # bind only resets it (``lazy=True``: bind registers lazily in that step)
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="join")
-    pending: List[tuple] = []
 
-    def prepare(path: Path):
-        t0 = time.perf_counter()
-        compiled = compiler.compile_json_schema(load_schema(path), strict_mode=False)
-        t1 = time.perf_counter()
-        batch.register_in_background(compiled).result()
-        return compiled, 1e3 * (t1 - t0), 1e3 * (time.perf_counter() - t1)
+    def background_joins(lazy: bool):
+        background: List[Dict[str, float]] = []
+        pending: List[tuple] = []
+        queue = iter(files[b:] + files[:b])
 
-    def join_in_background(i: int) -> None:
-        for entry in [p for p in pending if p[2].done()]:  # ready: bind, retire the old
-            slot, arrived, future = entry
-            compiled, compile_ms, register_ms = future.result()
-            old, gids[slot] = gids[slot], batch.bind(slot, compiled)
-            if old not in gids:
-                batch.arena.unregister(old)
-            background.append({"compile_ms": compile_ms, "register_ms": register_ms,
-                               "waited_steps": i - arrived})
-            pending.remove(entry)
-        if i % args.join_every == 0:
-            path = next(queue, None)
-            if path is not None:
-                pending.append(((i // args.join_every) % b, i, worker.submit(prepare, path)))
-    rows.append({"config": "gxg_joining_background",
-                 **summary(timed_steps(step, st, args.steps, join_in_background)),
-                 "joins": background})
+        def prepare(path: Path):
+            t0 = time.perf_counter()
+            compiled = compiler.compile_json_schema(load_schema(path), strict_mode=False)
+            t1 = time.perf_counter()
+            if not lazy:
+                batch.register_in_background(compiled).result()
+            return compiled, 1e3 * (t1 - t0), 1e3 * (time.perf_counter() - t1)
+
+        def join_in_background(i: int) -> None:
+            if lazy:
+                batch.commit_masks()
+            for entry in [p for p in pending if p[2].done()]:  # ready: bind, retire the old
+                slot, arrived, future = entry
+                compiled, compile_ms, register_ms = future.result()
+                batch.lazy_masks = lazy
+                t0 = time.perf_counter()
+                old, gids[slot] = gids[slot], batch.bind(slot, compiled)
+                if old not in gids:
+                    batch.arena.unregister(old)
+                background.append({"compile_ms": compile_ms, "register_ms": register_ms,
+                                   "bind_ms": 1e3 * (time.perf_counter() - t0),
+                                   "waited_steps": i - arrived})
+                pending.remove(entry)
+            if i % args.join_every == 0:
+                path = next(queue, None)
+                if path is not None:
+                    pending.append(((i // args.join_every) % b, i, worker.submit(prepare, path)))
+        return join_in_background, background
+
+    for lazy, name in ((False, "gxg_joining_background"), (True, "gxg_joining_lazy_background")):
+        batch.commit_masks(wait=True)
+        join, joins = background_joins(lazy)
+        rows.append({"config": name, **summary(timed_steps(step, st, args.steps, join)),
+                     "joins": joins})
     worker.shutdown(wait=True)
     base = rows[0]
     for row in rows[1:]:
