@@ -44,7 +44,7 @@ from typing import Iterable, Optional, Union
 import numpy as np
 import torch
 
-from gxg import blobs, layout
+from gxg import blobs, compile_budget, layout
 from gxg.ops import xg_ops  # registers torch.ops.xg
 from gxg.arena import ArenaCapacity, DeviceArena, canonical_device, mask_entries
 from gxg.grammar_compiler import CompiledGrammar
@@ -55,6 +55,12 @@ xg = torch.ops.xg
 
 MAX_TOKEN_BUDGET = 2 ** 31 - 1  # token_budget is int32 on the device
 MAX_EAGER_GRAPHS = 8  # cached step graphs per batch (one per bitmask buffer and budget mode)
+
+
+def _build_entries(compiled: CompiledGrammar):
+    """The builder thread's work: every mask entry of ``compiled``, yielding as it goes."""
+    with compile_budget.yielding():
+        return mask_entries(compiled)
 
 
 class GrammarBatch:
@@ -146,7 +152,9 @@ class GrammarBatch:
         self.commit_masks()
         gid = self.arena.register(compiled, lazy=self.lazy_masks)
         if self.arena.unbuilt_nodes(gid) and gid not in self._building:
-            self._build_masks(gid, compiled)
+            # started by the next commit_masks (an eager fill's comes after its launches), so
+            # that the builder's Python does not hold up this bind and the first mask
+            self._building[gid] = (compiled, None)
         self._field["grammar"][slot] = gid
         self.set_token_budget(slot, max_tokens)
         self.reset([slot])
@@ -154,28 +162,48 @@ class GrammarBatch:
 
     def _build_masks(self, gid: int, compiled: CompiledGrammar) -> None:
         """Compute the missing mask entries of grammar ``gid`` on the builder thread (host
-        work only: no CUDA call, so it never meets a capture)."""
+        work only: no CUDA call, so it never meets a capture), giving up the interpreter lock
+        every 0.2 ms (``compile_budget.yielding``) so that the decode loop is not held up."""
         if self._builder is None:
             self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gxg-masks")
-        self._building[gid] = (compiled, self._builder.submit(mask_entries, compiled))
+        self._building[gid] = (compiled, self._builder.submit(_build_entries, compiled))
+
+    def _start_builds(self) -> None:
+        for gid, (compiled, future) in list(self._building.items()):
+            if future is None:
+                self._build_masks(gid, compiled)
+
+    def _busy(self) -> bool:
+        """Inside a capture or under torch.compile: no host work on the arena."""
+        return torch.compiler.is_compiling() or (
+            self.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
     def commit_masks(self, wait: bool = False) -> int:
         """Copy the mask entries that the builder thread has finished into the arena (on the
         current stream, so the steps queued before use the old entries and later ones the
-        new); with ``wait``, wait for every build first. Returns how many grammars got their
-        entries. ``bind``, ``unbind`` and eager fills call it; a loop that only replays its
-        own CUDA graphs calls it between steps (cheap when nothing is pending). Does nothing
-        inside a capture or under torch.compile."""
-        if not self._building or torch.compiler.is_compiling() or (
-                self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        new) and start the builds that ``bind`` queued; with ``wait``, wait for every build
+        first. Returns how many grammars got their entries. ``bind`` and ``unbind`` call it,
+        eager fills before and after their launches; a loop that only replays its own CUDA
+        graphs calls it between steps (cheap when nothing is pending). Does nothing inside a
+        capture or under torch.compile."""
+        committed = self._commit_finished(wait)
+        if self._building and not self._busy():
+            self._start_builds()
+        return committed
+
+    def _commit_finished(self, wait: bool = False) -> int:
+        if not self._building or self._busy():
             return 0
+        if wait:
+            self._start_builds()
         committed = 0
         for gid, (compiled, future) in list(self._building.items()):
             if not self.arena.holds(gid, compiled):  # it left the arena: drop its build
-                future.cancel()
+                if future is not None:
+                    future.cancel()
                 del self._building[gid]
                 continue
-            if not (wait or future.done()):
+            if future is None or not (wait or future.done()):
                 continue
             del self._building[gid]
             try:
@@ -282,7 +310,7 @@ class GrammarBatch:
     # ------------------------------------------------------------------ steps (device side)
     def fill_next_token_bitmask(self, bitmask: torch.Tensor) -> torch.Tensor:
         self._check_bitmask(bitmask)
-        self.commit_masks()
+        self._commit_finished()
 
         def fill():
             self._op("fill_next_token_bitmask")(self.runtime, self._arena_tensors, bitmask,
@@ -291,6 +319,7 @@ class GrammarBatch:
         if not self._replay(("fill", bitmask.data_ptr(), bitmask.stride(0), self._budgeted),
                             fill):
             fill()
+        self.commit_masks()  # (starts the builds bind queued, now that the fill is launched)
         return bitmask
 
     def fill_and_apply(self, logits: torch.Tensor,
@@ -299,9 +328,10 @@ class GrammarBatch:
         ``bitmask`` when given (else to an internal buffer, returned)."""
         bitmask = self._bitmask if bitmask is None else bitmask
         self._check_bitmask(bitmask)
-        self.commit_masks()
+        self._commit_finished()
         self._op("fill_and_apply")(self.runtime, self._arena_tensors, logits, bitmask,
                                    self._budget())
+        self.commit_masks()
         return bitmask
 
     def fill_and_sample(self, logits: torch.Tensor, *,

@@ -1,13 +1,21 @@
-"""A deadline for one compilation (``GrammarCompiler(compile_timeout=...)``).
+"""Checkpoints of long host work: a deadline for one compilation
+(``GrammarCompiler(compile_timeout=...)``), and courtesy to other threads for work done in the
+background.
 
-In:  seconds (None: no deadline) for the duration of a ``with within(seconds):`` block.
+In:  seconds (None: no deadline) for the duration of a ``with within(seconds):`` block; a
+     ``with yielding(period):`` block around work on a background thread.
 Out: ``check(stage)``: raises ``CompileTimeoutError`` (a ``GrammarError``) naming the stage once
      the deadline has passed. The stages call it at coarse points — per subschema of the JSON
      Schema converter, per grammar pass, per automaton rule, per batch of mask-cache nodes and
      per level of their vocabulary walk, per context pair — so it costs nothing measurable and
-     a compilation stops within one such step of its deadline.
+     a compilation stops within one such step of its deadline. Inside ``yielding``, ``check``
+     also lets the other threads run (``time.sleep(0)`` gives up the interpreter lock) once
+     ``period`` has passed since it last did: a thread that is building mask entries while the
+     decode loop steps then holds up the loop's Python for about ``period``, not for the
+     interpreter's switch interval (5 ms by default) each time the loop wants the lock back.
 
-The deadline is a context variable (each thread, each task its own), not global state.
+The deadline and the yielding period are context variables (each thread, each task its own),
+not global state.
 """
 from __future__ import annotations
 
@@ -20,6 +28,21 @@ from gxg.grammar.ir import GrammarError
 
 _DEADLINE: "contextvars.ContextVar[Optional[Tuple[float, float]]]" = contextvars.ContextVar(
     "gxg_compile_deadline", default=None)
+
+
+# (period, monotonic time of the last yield) while inside ``yielding``
+_YIELD: "contextvars.ContextVar[Optional[list]]" = contextvars.ContextVar("gxg_yield",
+                                                                          default=None)
+
+
+@contextmanager
+def yielding(period: float = 0.0002) -> Iterator[None]:
+    """Inside the block, ``check`` gives up the interpreter lock every ``period`` seconds."""
+    token = _YIELD.set([period, time.monotonic()])
+    try:
+        yield
+    finally:
+        _YIELD.reset(token)
 
 
 class CompileTimeoutError(GrammarError):
@@ -51,6 +74,10 @@ def within(seconds: Optional[float]) -> Iterator[None]:
 def check(stage: str, where: Optional[str] = None) -> None:
     """CompileTimeoutError if the current deadline has passed (``where``: a place within the
     stage, e.g. a JSON pointer; formatted only then)."""
+    courtesy = _YIELD.get()
+    if courtesy is not None and time.monotonic() - courtesy[1] > courtesy[0]:
+        time.sleep(0)
+        courtesy[1] = time.monotonic()
     current = _DEADLINE.get()
     if current is not None and time.monotonic() > current[0]:
         place = stage if where is None else f"{stage}, at {where}"

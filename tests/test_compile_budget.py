@@ -137,3 +137,32 @@ def test_the_lazy_cache_keeps_within_its_bytes_budget_and_masks_stay_exact():
 def test_bad_size_budgets_are_refused(name, bad):
     with pytest.raises(ValueError, match=name):
         GrammarCompiler(INFO, **{name: bad})
+
+
+def test_inside_yielding_a_check_gives_up_the_interpreter_lock_once_per_period(monkeypatch):
+    sleeps = []
+    monkeypatch.setattr(compile_budget.time, "sleep", lambda seconds: sleeps.append(seconds))
+    compile_budget.check("outside")
+    assert sleeps == []
+    with compile_budget.yielding(period=0.0):
+        compile_budget.check("a stage")
+        compile_budget.check("a stage")
+    assert sleeps == [0, 0]
+    with compile_budget.yielding(period=3600.0):
+        compile_budget.check("a stage")
+    assert sleeps == [0, 0]
+    compile_budget.check("outside again")
+    assert sleeps == [0, 0]
+
+
+def test_a_mask_entry_build_in_the_background_yields(monkeypatch):
+    """The builder thread's work (GrammarBatch's lazy registration) passes such checks."""
+    from gxg import batch as batch_module
+    from grammar_zoo import zoo_world
+    info, compiled = zoo_world(["json"], seed=1)
+    sleeps = []
+    monkeypatch.setattr(compile_budget.time, "sleep", lambda seconds: sleeps.append(seconds))
+    monkeypatch.setattr(compile_budget, "yielding",
+                        lambda period=0.0002, _real=compile_budget.yielding: _real(0.0))
+    entries = batch_module._build_entries(compiled["json"])
+    assert entries.complete and sleeps
