@@ -73,7 +73,8 @@ class GrammarBatch:
         # CUDA): the first mask needs no vocabulary walk on the host; a thread computes the
         # entries and ``commit_masks`` copies them in between steps.
         self.lazy_masks = self.device.type == "cuda" if lazy_masks is None else bool(lazy_masks)
-        self._building: dict = {}   # grammar id -> (compiled, Future[MaskEntries])
+        # grammar id -> (compiled, Future[MaskEntries]), or (compiled, commits seen) while queued
+        self._building: dict = {}
         self._builder: Optional[ThreadPoolExecutor] = None
         #: grammar id -> the exception that stopped its entries' build (its nodes stay
         #: without entries: exact masks, every token walked)
@@ -152,15 +153,16 @@ class GrammarBatch:
         self.commit_masks()
         gid = self.arena.register(compiled, lazy=self.lazy_masks)
         if self.arena.unbuilt_nodes(gid) and gid not in self._building:
-            # started by the next commit_masks (an eager fill's comes after its launches), so
-            # that the builder's Python does not hold up this bind and the first mask
-            self._building[gid] = (compiled, None)
+            # started by the second commit_masks from now (an eager fill's comes after its
+            # launches), so that the builder's Python holds up neither this bind nor the
+            # first mask
+            self._building[gid] = (compiled, 0)
         self._field["grammar"][slot] = gid
         self.set_token_budget(slot, max_tokens)
         self.reset([slot])
         return gid
 
-    def _build_masks(self, gid: int, compiled: CompiledGrammar) -> None:
+    def _build_masks(self, gid: int, compiled: CompiledGrammar) -> None:  # (tests replace it)
         """Compute the missing mask entries of grammar ``gid`` on the builder thread (host
         work only: no CUDA call, so it never meets a capture), giving up the interpreter lock
         every 0.2 ms (``compile_budget.yielding``) so that the decode loop is not held up."""
@@ -168,10 +170,14 @@ class GrammarBatch:
             self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gxg-masks")
         self._building[gid] = (compiled, self._builder.submit(_build_entries, compiled))
 
-    def _start_builds(self) -> None:
-        for gid, (compiled, future) in list(self._building.items()):
-            if future is None:
-                self._build_masks(gid, compiled)
+    def _start_builds(self, now: bool = False) -> None:
+        """Start the queued builds that have waited for one commit already (all, ``now``)."""
+        for gid, (compiled, waited) in list(self._building.items()):
+            if isinstance(waited, int):
+                if now or waited >= 1:
+                    self._build_masks(gid, compiled)
+                else:
+                    self._building[gid] = (compiled, waited + 1)
 
     def _busy(self) -> bool:
         """Inside a capture or under torch.compile: no host work on the arena."""
@@ -181,8 +187,9 @@ class GrammarBatch:
     def commit_masks(self, wait: bool = False) -> int:
         """Copy the mask entries that the builder thread has finished into the arena (on the
         current stream, so the steps queued before use the old entries and later ones the
-        new) and start the builds that ``bind`` queued; with ``wait``, wait for every build
-        first. Returns how many grammars got their entries. ``bind`` and ``unbind`` call it,
+        new) and start the builds that ``bind`` queued (at the second commit after the bind:
+        the first is the first fill's, which then runs without the builder beside it); with
+        ``wait``, start and wait for every build first. Returns how many grammars got their entries. ``bind`` and ``unbind`` call it,
         eager fills before and after their launches; a loop that only replays its own CUDA
         graphs calls it between steps (cheap when nothing is pending). Does nothing inside a
         capture or under torch.compile."""
@@ -195,15 +202,15 @@ class GrammarBatch:
         if not self._building or self._busy():
             return 0
         if wait:
-            self._start_builds()
+            self._start_builds(now=True)
         committed = 0
         for gid, (compiled, future) in list(self._building.items()):
             if not self.arena.holds(gid, compiled):  # it left the arena: drop its build
-                if future is not None:
+                if not isinstance(future, int):
                     future.cancel()
                 del self._building[gid]
                 continue
-            if future is None or not (wait or future.done()):
+            if isinstance(future, int) or not (wait or future.done()):
                 continue
             del self._building[gid]
             try:

@@ -25,7 +25,7 @@ from typing import Optional, Union
 import numpy as np
 
 from gxg import compile_budget
-from gxg.compiler.automaton import DEFAULT_MAX_NODES, Automaton, build_automaton
+from gxg.compiler.automaton import DEFAULT_MAX_NODES, Automaton, build_automaton, gc_paused
 from gxg.compiler.completion import CompletionDistances, completion_distances
 from gxg.compiler.mask_cache import (
     ContextPairs, KernelMaskLayout, MaskCache, NodeClassifier, NodeMasks, NodeTokenMask,
@@ -339,7 +339,7 @@ class GrammarCompiler:
     def _compiled(self, key: tuple, make_grammar) -> CompiledGrammar:
         if not self.cache_enabled:
             trie = self._token_trie()  # per vocabulary, not per compile: outside the deadline
-            with compile_budget.within(self.compile_timeout):
+            with compile_budget.within(self.compile_timeout), gc_paused():
                 compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, trie,
                                               **self._budgets())
             return self._start_background(compiled)
@@ -357,7 +357,7 @@ class GrammarCompiler:
             return pending.result()
         try:
             trie = self._token_trie()
-            with compile_budget.within(self.compile_timeout):
+            with compile_budget.within(self.compile_timeout), gc_paused():
                 compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, trie,
                                               **self._budgets())
         except BaseException as error:

@@ -186,6 +186,21 @@ def test_a_lazy_cpu_batch_equals_an_eager_one_across_the_commit(commit_at):
     assert all(lazy.arena.unbuilt_nodes(g) == 0 for g in lazy.arena.registered_ids)
 
 
+def test_a_build_starts_at_the_second_commit_after_bind():
+    """bind queues the build; the first commit (the first fill's, after its launches) lets the
+    first mask go without the builder's Python beside it; the second starts it."""
+    info, _ = zoo_world(["json"], seed=8)
+    batch = GrammarBatch(info, device="cpu", max_batch=1, lazy_masks=True)
+    started = []
+    batch._build_masks = lambda gid, compiled: started.append(gid)
+    gid = batch.bind(0, zoo_grammars(info, ["json"])[0])
+    row = torch.zeros((1, (info.vocab_size + 31) // 32), dtype=torch.int32)
+    batch.fill_next_token_bitmask(row)
+    assert started == []
+    batch.fill_next_token_bitmask(row)
+    assert started == [gid]
+
+
 def test_a_failed_build_is_reported_and_the_masks_stay_exact(monkeypatch):
     import gxg.batch as batch_module
     info, compiled = zoo_world(["json", "arithmetic"], seed=7)

@@ -1260,9 +1260,11 @@ def _unique_name(base: str, taken: set, separator: str = "") -> str:
 
 
 @contextlib.contextmanager
-def _gc_paused():
-    """The builder allocates many small containers that die together; the cyclic collector's
-    repeated full scans of them cost ~20% on large grammars and free nothing."""
+def gc_paused():
+    """The builder (and the whole compile: ``GrammarCompiler``) allocates many small
+    containers that die together; the cyclic collector's repeated full scans of them cost
+    ~20% on large grammars (~15 % of the mean compile of MaskBench's BFCL schemas) and free
+    nothing. Nested pauses keep the collector off until the outermost ends."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -1279,7 +1281,7 @@ def build_automaton(grammar: Grammar, *, max_nodes: int = DEFAULT_MAX_NODES) -> 
     ``max_nodes`` nodes, and when left recursion remains (the runtime's closure would not
     terminate).
     """
-    with _gc_paused():
+    with gc_paused():
         return _build(grammar, max_nodes)
 
 
