@@ -33,8 +33,8 @@
 //                  uncertain, strided over all the slot's parts (parts = max(1,
 //                  UNBUILT_THREADS / (B x 64)): one wave at B = 1 walks the vocabulary; the
 //                  other parts cost a read of the tops when no node lacks its entry); each
-//                  thread walks its token's bytes from
-//                  the full stack (pops read the pool, pushes stay in the thread's local
+//                  thread walks its token's bytes from the full stack (pops read the pool,
+//                  pushes stay in the thread's local
 //                  memory: UNC_STACKS stacks of UNC_DEPTH pushed nodes) and ORs the token's bit
 //                  into the bitmask row (atomicOr). Reads per token: its bytes, the tables, the
 //                  stack entries it pops. A walk that outgrows the local arrays is queued.

@@ -10,7 +10,9 @@ Everything the reference reads comes from those tensors (no registry of live are
   * the automaton: ``ArenaAutomaton``, the ``Automaton`` fields the byte loop and the
     full-stack walkers read (``gxg.compiler.stack_walk``), local node ids, from the per-node
     rows ``grammar_node_base[g] .. + grammar_nodes[g]`` and the ranges they point at;
-  * the mask layout: a ``KernelMaskLayout`` of the grammar's accept rows and uncertain tokens;
+  * the mask layout: a ``KernelMaskLayout`` of the grammar's accept rows and uncertain tokens
+    (an ``ArenaMaskLayout`` around it while a lazy registration lacks some nodes' entries:
+    those nodes have every sorted token uncertain, as ``xg_uncertain`` walks them);
   * completion distances (token budgets): ``node_distance`` rows and ``grammar_max_rise[g]``;
   * the vocabulary (``HostVocabulary``, shared by every grammar of the arena): the sorted
     vocabulary, bytes by id, ``is_stop`` (special: empty bytes and not a stop), ids by length.
