@@ -69,12 +69,14 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
 Register copies a grammar's tables into free ranges of each buffer (first fit); unregister
 returns them (for reuse once the steps queued before have run). A lazy registration
 (``register(lazy=True)``) copies only the mask entries the grammar's cache holds already, so it
-walks no vocabulary; ``complete_entries`` later swaps in the full entries (computed on any thread
-with ``mask_entries``) between steps. Both may run on any thread (a lock guards the allocators and the id tables; the
+walks no vocabulary; ``complete_entries`` later swaps in the full entries (computed on any
+thread with ``mask_entries``) between steps, on the stream that runs them. Registration and
+unregistration may run on any thread (a lock guards the allocators and the id tables; the
 device writes of a registration touch only its own ranges, so a registration may run beside
-steps that use other grammars: ``GrammarBatch.register_in_background``). A buffer too small raises ``ArenaFullError`` naming the buffer, what was needed
-and what is free. The buffers are all that the ops know of the grammars: the CUDA kernels read
-them through the pointer table, the CPU kernels rebuild their host tables from them.
+steps that use other grammars: ``GrammarBatch.register_in_background``). A buffer too small
+raises ``ArenaFullError`` naming the buffer, what was needed and what is free. The buffers are
+all that the ops know of the grammars: the CUDA kernels read them through the pointer table,
+the CPU kernels rebuild their host tables from them.
 """
 from __future__ import annotations
 

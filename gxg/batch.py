@@ -113,7 +113,8 @@ class GrammarBatch:
         self.runtime, views = blobs.allocate("runtime", dims, dev, rows=b)
         for name, array in zip(RuntimeState.FIELDS, host.arrays()):
             views[name].copy_(torch.from_numpy(array))
-        views["limits"].copy_(torch.tensor(limits.row(self.vocab_size, self.arena.dims["S"]), dtype=torch.int32))
+        views["limits"].copy_(torch.tensor(limits.row(self.vocab_size, self.arena.dims["S"]),
+                                           dtype=torch.int32))
         every = {**self.arena.tensors(), **views}
         # Device addresses of every buffer, in the layout's order (csrc/automaton.cu, P_*).
         views["pointer_table"].copy_(torch.tensor(
@@ -189,10 +190,11 @@ class GrammarBatch:
         current stream, so the steps queued before use the old entries and later ones the
         new) and start the builds that ``bind`` queued (at the second commit after the bind:
         the first is the first fill's, which then runs without the builder beside it); with
-        ``wait``, start and wait for every build first. Returns how many grammars got their entries. ``bind`` and ``unbind`` call it,
-        eager fills before and after their launches; a loop that only replays its own CUDA
-        graphs calls it between steps (cheap when nothing is pending). Does nothing inside a
-        capture or under torch.compile."""
+        ``wait``, start and wait for every build first. Returns how many grammars got their
+        entries. ``bind`` and ``unbind`` call it, eager fills before and after their launches;
+        a loop that only replays its own CUDA graphs (or runs under torch.compile) calls it
+        between steps (cheap when nothing is pending). Does nothing inside a capture or
+        while torch.compile traces."""
         committed = self._commit_finished(wait)
         if self._building and not self._busy():
             self._start_builds()
@@ -220,6 +222,7 @@ class GrammarBatch:
                 continue
             committed += self.arena.complete_entries(gid, compiled, entries)
         return committed
+
     def register_in_background(self, compiled: CompiledGrammar) -> "Future[int]":
         """Register ``compiled`` in the arena on a background thread while the batch goes on
         stepping (the arena's lock guards its tables; the copies touch only the new grammar's
@@ -389,12 +392,15 @@ class GrammarBatch:
             seed_tensor = seed
         else:
             seed_tensor = constant("seed", int(seed), (1,), torch.int64)
-        return self._op("fill_and_sample")(
+        self._commit_finished()
+        tokens = self._op("fill_and_sample")(
             self.runtime, self._arena_tensors, logits, bitmask,
             per_row("temperature", temperature, torch.float32, float),
             per_row("top_k", top_k, torch.int32, int),
             per_row("top_p", top_p, torch.float32, float), seed_tensor,
             self.sample_offset, self.vocab_size, self._budget())
+        self.commit_masks()
+        return tokens
 
     def accept(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Advance every slot by its token; returns accepted (bool [max_batch]). A rejected
