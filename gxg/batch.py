@@ -37,6 +37,8 @@ Per-slot behaviour (documented contract):
 """
 from __future__ import annotations
 
+import queue
+import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable, Optional, Union
@@ -63,6 +65,41 @@ def _build_entries(compiled: CompiledGrammar):
         return mask_entries(compiled)
 
 
+class _Builder:
+    """One daemon thread that runs mask-entry builds one at a time, in submission order. A
+    daemon (unlike a ThreadPoolExecutor's workers): a process that is done decoding does not
+    wait at exit for a build nobody will use. Cancelling a queued build skips it; the thread
+    ends when the builder is dropped (with its batch)."""
+
+    def __init__(self):
+        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
+        threading.Thread(target=_run_builds, args=(self._queue,), name="gxg-masks",
+                         daemon=True).start()
+
+    def submit(self, work, *args) -> Future:
+        future: Future = Future()
+        self._queue.put((future, work, args))
+        return future
+
+    def __del__(self):
+        self._queue.put(None)
+
+
+def _run_builds(jobs: "queue.SimpleQueue") -> None:
+    """The builder thread (it holds the queue, not the builder, so that the builder can go)."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        future, work, args = job
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            future.set_result(work(*args))
+        except BaseException as error:  # noqa: BLE001 - handed to commit_masks
+            future.set_exception(error)
+
+
 class GrammarBatch:
     def __init__(self, tokenizer_info: TokenizerInfo, device="cuda", max_batch: int = 256,
                  limits: RuntimeLimits = RuntimeLimits(),
@@ -75,7 +112,7 @@ class GrammarBatch:
         self.lazy_masks = self.device.type == "cuda" if lazy_masks is None else bool(lazy_masks)
         # grammar id -> (compiled, Future[MaskEntries]), or (compiled, commits seen) while queued
         self._building: dict = {}
-        self._builder: Optional[ThreadPoolExecutor] = None
+        self._builder: Optional[_Builder] = None
         #: grammar id -> the exception that stopped its entries' build (its nodes stay
         #: without entries: exact masks, every token walked)
         self.mask_build_errors: dict = {}
@@ -168,7 +205,7 @@ class GrammarBatch:
         work only: no CUDA call, so it never meets a capture), giving up the interpreter lock
         every 0.2 ms (``compile_budget.yielding``) so that the decode loop is not held up."""
         if self._builder is None:
-            self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gxg-masks")
+            self._builder = _Builder()
         self._building[gid] = (compiled, self._builder.submit(_build_entries, compiled))
 
     def _start_builds(self, now: bool = False) -> None:

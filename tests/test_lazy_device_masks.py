@@ -201,6 +201,25 @@ def test_a_build_starts_at_the_second_commit_after_bind():
     assert started == [gid]
 
 
+def test_the_builder_is_a_daemon_thread_that_ends_with_its_batch():
+    """A process done decoding does not wait at exit for a build; a dropped batch's builder
+    thread ends."""
+    import gc
+    import threading
+    info, _ = zoo_world(["json"], seed=9)
+    batch = GrammarBatch(info, device="cpu", max_batch=1, lazy_masks=True)
+    before = {t for t in threading.enumerate() if t.name == "gxg-masks"}
+    batch.bind(0, zoo_grammars(info, ["json"])[0])
+    assert batch.commit_masks(wait=True) == 1
+    builders = {t for t in threading.enumerate() if t.name == "gxg-masks"} - before
+    assert len(builders) == 1 and all(t.daemon for t in builders)
+    del batch
+    gc.collect()
+    for thread in builders:
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+
+
 def test_a_failed_build_is_reported_and_the_masks_stay_exact(monkeypatch):
     import gxg.batch as batch_module
     info, compiled = zoo_world(["json", "arithmetic"], seed=7)
