@@ -170,19 +170,12 @@ def mask_entries(compiled: CompiledGrammar, lazy: bool = False) -> MaskEntries:
     if not lazy or cache.complete:
         return MaskEntries(compiled.kernel_layout, compiled.context_pairs,
                            np.zeros(a.num_nodes, dtype=bool))
-    token_nodes = np.flatnonzero((a.token_set >= 0) & a.is_scannable)
-    built = np.union1d(cache.computed_nodes(), token_nodes).astype(np.int32)
+    built = np.union1d(cache.computed_nodes(), a.token_nodes).astype(np.int32)
     unbuilt = a.is_scannable.copy()
     unbuilt[built] = False
     masks = kernel_layout(cache, a.num_nodes, info.sorted_token_ids, info.vocab_size,
                           nodes=built)
-    return MaskEntries(masks, _no_pairs(a.num_nodes), unbuilt)
-
-
-def _no_pairs(num_nodes: int) -> ContextPairs:
-    empty = np.zeros(0, dtype=np.int32)
-    return ContextPairs(np.zeros(num_nodes + 1, dtype=np.int32), empty,
-                        np.zeros(1, dtype=np.int32), empty, np.zeros(1, dtype=np.int32), empty)
+    return MaskEntries(masks, ContextPairs.none(a.num_nodes), unbuilt)
 
 
 # the buffers that hold mask entries (replaced when a lazy registration is completed)
@@ -407,11 +400,10 @@ class DeviceArena:
             self._by_compiled[id(compiled)] = gid
         return gid
 
-    def _known(self, compiled: CompiledGrammar):
+    def _known(self, compiled: CompiledGrammar) -> Optional[int]:
+        """The id ``compiled`` is registered under, or None."""
         known = self._by_compiled.get(id(compiled))
-        if known is not None and self._registered[known].compiled is compiled:
-            return known
-        return None
+        return known if known is not None and self.holds(known, compiled) else None
 
     def _take(self, sizes: Dict[str, int]) -> Dict[str, Tuple[int, int]]:
         """Ranges of these sizes, all or none (ArenaFullError names the buffer). Ranges
@@ -476,16 +468,20 @@ class DeviceArena:
             self._generation[gid] += 1
             writes.put(self.grammar_generation, gid, [self._generation[gid]])
             writes.flush()
-            old = {name: registration.ranges[name] for name in ENTRY_BUFFERS}
+            self._retire({name: registration.ranges[name] for name in ENTRY_BUFFERS})
             registration.ranges.update(new)
             registration.nbytes = self._nbytes(registration.ranges)
             registration.unbuilt = int(entries.unbuilt.sum())
-            event = None
-            if self.device.type == "cuda":
-                event = torch.cuda.Event()
-                event.record(torch.cuda.current_stream(self.device))
-            self._retired.append((event, old))
         return True
+
+    def _retire(self, ranges: Dict[str, Tuple[int, int]]) -> None:
+        """Give ``ranges`` back once the current stream has passed this point (the steps
+        queued before may still read them)."""
+        event = None
+        if self.device.type == "cuda":
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(self.device))
+        self._retired.append((event, ranges))
 
     def _write(self, gid: int, compiled: CompiledGrammar, ranges, writes: "_Writes") -> None:
         """The grammar's automaton tables (everything but the mask entries)."""
@@ -556,12 +552,7 @@ class DeviceArena:
             registration = self._registered.pop(gid, None)
             if registration is None:
                 raise KeyError(f"grammar id {gid} is not registered")
-            # (steps queued before may still read them: reused once the stream passes here)
-            event = None
-            if self.device.type == "cuda":
-                event = torch.cuda.Event()
-                event.record(torch.cuda.current_stream(self.device))
-            self._retired.append((event, registration.ranges))
+            self._retire(registration.ranges)
             self._by_compiled.pop(id(registration.compiled), None)
             self._free_ids.append(gid)
             self._free_ids.sort()

@@ -321,9 +321,7 @@ class GrammarBatch:
 
     def _replays(self) -> bool:
         """Eager steps replay cached graphs here and now (see ``_replay``)."""
-        return (self.eager_graphs and self.device.type == "cuda"
-                and not torch.compiler.is_compiling()
-                and not torch.cuda.is_current_stream_capturing())
+        return self.eager_graphs and self.device.type == "cuda" and not self._busy()
 
     def _replay(self, key: tuple, body) -> bool:
         """Run ``body`` (device work on buffers of fixed address; ``key`` names them) as a

@@ -128,11 +128,8 @@ class ArenaMaskLayout:
         self.unbuilt = unbuilt
         self._every = np.arange(num_sorted, dtype=np.int32)
 
-    def __getattr__(self, name):
-        return getattr(self.masks, name)
-
-    def rows(self, nodes) -> np.ndarray:
-        return self.masks.rows(nodes)   # (an unbuilt node's row is the appended zero row)
+    def __getattr__(self, name):  # node_row, accept_rows, rows(): an unbuilt node's row is
+        return getattr(self.masks, name)  # the zero row mask_layout_of appends
 
     def uncertain(self, node: int) -> np.ndarray:
         return self._every if self.unbuilt[node] else self.masks.uncertain(node)

@@ -34,22 +34,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import MASKBENCH, percentile, print_table, write_json  # noqa: E402
+from common import (MASKBENCH, maskbench_files, percentile, print_table,  # noqa: E402
+                    write_json)
+from e2e_decode import load_schema  # noqa: E402
 
 from gxg import vocabularies  # noqa: E402
 from gxg.arena import mask_entries  # noqa: E402
 from gxg.batch import GrammarBatch  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
-
-
-def schema_files(folder: Path, count: int):
-    files = sorted(folder.glob("*.json"))
-    return [files[i * len(files) // count] for i in range(min(count, len(files)))]
-
-
-def load(path: Path):
-    data = json.loads(path.read_text())
-    return data.get("schema", data) if isinstance(data, dict) else data
 
 
 def first_mask_ms(compiler, schema, lazy: bool, bitmask) -> tuple:
@@ -128,8 +120,8 @@ def main(argv=None):
     first_mask_ms(compiler, {"type": "object"}, True, bitmask)
     first_mask_ms(compiler, {"type": "object"}, False, bitmask)
     rows, extra, lazy_fill, steady_fill = [], [], [], []
-    for path in schema_files(Path(args.maskbench), args.files):
-        schema = load(path)
+    for path in maskbench_files(Path(args.maskbench), args.files):
+        schema = load_schema(path)
         row = {"file": path.name}
         for mode in ("eager", "lazy"):
             batch, compiled, gid, t = first_mask_ms(compiler, schema, mode == "lazy", bitmask)

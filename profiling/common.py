@@ -72,6 +72,15 @@ def write_json(name: str, payload: Dict[str, object], out: Path = None) -> Path:
     return path
 
 
+def maskbench_files(folder: Path, count: int) -> List[Path]:
+    """``count`` MaskBench files spread evenly over the folder's sorted list (its sources:
+    BFCL, GitHub easy/medium/hard, Kubernetes, Snowplow, ...)."""
+    files = sorted(folder.glob("*.json"))
+    if len(files) < count:
+        raise SystemExit(f"{folder} holds {len(files)} MaskBench files, {count} needed")
+    return [files[i * len(files) // count] for i in range(count)]
+
+
 def maskbench_documents(limit: int, root_types=(dict, list), directory: Path = MASKBENCH
                         ) -> List[str]:
     """The first valid instance (object or array at the top) of each MaskBench file, serialised

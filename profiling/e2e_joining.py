@@ -45,7 +45,8 @@ from typing import Dict, List
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import MASKBENCH, percentile, print_table, write_json  # noqa: E402
+from common import (MASKBENCH, maskbench_files, percentile, print_table,  # noqa: E402
+                    write_json)
 from e2e_decode import (QWEN_MODEL_VOCAB, DecodeState, Llama, Step,  # noqa: E402
                         add_model_arguments, gxg_step, load_schema, make_sampler, model_config,
                         plain_step, synchronize, versions)
@@ -54,15 +55,6 @@ from gxg import vocabularies  # noqa: E402
 from gxg.arena import ArenaCapacity  # noqa: E402
 from gxg.batch import GrammarBatch  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
-
-
-def schema_files(folder: Path, count: int) -> List[Path]:
-    """``count`` MaskBench files spread evenly over the folder's sorted list (its sources:
-    BFCL, GitHub easy/medium/hard, Kubernetes, Snowplow, ...)."""
-    files = sorted(folder.glob("*.json"))
-    if len(files) < count:
-        raise SystemExit(f"{folder} holds {len(files)} MaskBench files, {count} needed")
-    return [files[i * len(files) // count] for i in range(count)]
 
 
 def timed_steps(step, st: DecodeState, steps: int, before_step=None) -> List[float]:
@@ -98,7 +90,7 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
     rows.append({"config": "off", **summary(timed_steps(off, st, args.steps))})
     del off
 
-    files = schema_files(Path(args.maskbench), args.schemas)
+    files = maskbench_files(Path(args.maskbench), args.schemas)
     compiler = GrammarCompiler(info, cache_enabled=False)
     first = [compiler.compile_json_schema(load_schema(f), strict_mode=False) for f in files[:b]]
     batch = GrammarBatch(info, device=device, max_batch=b,

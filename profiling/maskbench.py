@@ -242,6 +242,7 @@ class GxgGpuEngine(GxgEngine):
         self.host_token = torch.zeros(1, dtype=torch.int64).pin_memory() \
             if self.device.type == "cuda" else torch.zeros(1, dtype=torch.int64)
         self.gid = None
+        self._steps = 0  # computed_entries' step count
         self._sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
 
     def compile(self, schema):
@@ -290,7 +291,7 @@ class GxgGpuEngine(GxgEngine):
         # registers lazily; the fill walks every token from those nodes, and the fill that
         # finds the builder thread done copies them in) counts as a new-node step: the value
         # differs before and after it.
-        self._steps = getattr(self, "_steps", 0) + 1
+        self._steps += 1
         lacking = self.gid is not None and self.batch.arena.unbuilt_nodes(self.gid)
         return self._steps if lacking else 0
 

@@ -484,6 +484,14 @@ class ContextPairs:
     pair_unc_offsets: np.ndarray
     pair_unc_tokens: np.ndarray
 
+    @staticmethod
+    def none(num_nodes: int) -> "ContextPairs":
+        """No pairs: the runtime walks every node's uncertain tokens from the real stack."""
+        empty = np.zeros(0, dtype=np.int32)
+        one = np.zeros(1, dtype=np.int32)
+        return ContextPairs(np.zeros(num_nodes + 1, dtype=np.int32), empty, one, empty, one,
+                            empty)
+
 
 def below_nodes(automaton: Automaton) -> List[set]:
     """For each rule, the nodes that can sit directly below a frame of it in a stack
