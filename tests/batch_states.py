@@ -128,23 +128,35 @@ def cpu_batch_equals_matchers(info, grammars, vocab_size: int, steps: int, seed:
                                                                 vocab_size))
 
 
+def runs_agree(batches, grammar_lists, vocab_size: int, steps: int, seed: int,
+               after_op=(None, None)) -> None:
+    """``run_with_rollbacks`` on two batches, each binding its own list of grammars, along
+    random allowed tokens (``after_op[i]``: called after each op of batch i's run): every mask
+    equal, then every state field."""
+    logs = [[], []]
+
+    def recorder(log, hook):
+        def check(what, bitmask):
+            log.append((what, bitmask.cpu().numpy().copy()))
+            if hook is not None:
+                hook()
+        return check
+    for batch, grammars, log, hook in zip(batches, grammar_lists, logs, after_op):
+        run_with_rollbacks(batch, grammars, steps, seed,
+                           lambda rows, rng: random_allowed(rows, rng, vocab_size),
+                           recorder(log, hook))
+    for step, ((what, m0), (_, m1)) in enumerate(zip(*logs)):
+        np.testing.assert_array_equal(m0, m1, err_msg=f"{what} {step}")
+    compare_states(*batches, where="end")
+
+
 def cuda_runs_equal_cpu_runs(info, grammars, vocab_size: int, steps: int, seed: int) -> None:
     """``run_with_rollbacks`` on a CPU batch and on a CUDA batch (history 8): every mask equal,
     then every state field."""
     from gxg.runtime import RuntimeLimits
     batches = [GrammarBatch(info, device=d, max_batch=len(grammars),
                             limits=RuntimeLimits(history=8)) for d in ("cpu", "cuda")]
-    logs = [[], []]
-
-    def recorder(log):
-        return lambda what, bitmask: log.append((what, bitmask.cpu().numpy().copy()))
-    for batch, log in zip(batches, logs):
-        run_with_rollbacks(batch, grammars, steps, seed,
-                           lambda rows, rng: random_allowed(rows, rng, vocab_size),
-                           recorder(log))
-    for step, ((what, m0), (_, m1)) in enumerate(zip(*logs)):
-        np.testing.assert_array_equal(m0, m1, err_msg=f"{what} {step}")
-    compare_states(*batches, where="end")
+    runs_agree(batches, [grammars, grammars], vocab_size, steps, seed)
 
 
 def cuda_graph_replays_equal_cpu(info, grammars, vocab_size: int, steps: int, seed: int

@@ -8,6 +8,8 @@ token-budget and XGrammar-parity tests.
 * ``synthetic_vocab(sentences, seed)``: a vocabulary (bytes tokens) that can spell every
   sentence, with multi-byte and random tokens, then an empty token and the stop token last;
 * ``make_info(vocab, extra_padding)``: its ``TokenizerInfo`` (raw bytes, the last token stops);
+* ``text_vocab_info`` / ``compile_each`` / ``text_world_fixtures``: a raw-bytes vocabulary of
+  given texts, named EBNF grammars compiled for it, and the two as module fixtures;
 * ``info_or_skip(name)``: a real vocabulary's ``TokenizerInfo`` (``gxg.vocabularies``), or the
   test is skipped naming the package it lacks;
 * ``zoo(name)``: a zoo entry by name; ``zoo_world(names, seed)``: a synthetic vocabulary for the
@@ -97,6 +99,20 @@ def compile_each(info, grammars):
     from gxg.grammar_compiler import GrammarCompiler
     compiler = GrammarCompiler(info, cache_enabled=False)
     return {name: compiler.compile_grammar(ebnf) for name, ebnf in grammars.items()}
+
+
+def text_world_fixtures(texts, vocab_size: int, stop_id: int, grammars):
+    """Module-scoped fixtures ``info`` (``text_vocab_info``) and ``compiled``
+    (``compile_each`` of ``grammars`` over it), to assign at module level under those names:
+    ``info, compiled = text_world_fixtures(...)``."""
+    @pytest.fixture(scope="module")
+    def info():
+        return text_vocab_info(texts, vocab_size, stop_id)
+
+    @pytest.fixture(scope="module")
+    def compiled(info):
+        return compile_each(info, grammars)
+    return info, compiled
 
 
 def info_or_skip(name):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from batch_states import compare_states, random_allowed, run_with_rollbacks
+from batch_states import compare_states, random_allowed, runs_agree
 from grammar_zoo import GRAMMAR_ZOO, info_or_skip, zoo, zoo_grammar, zoo_world
 from gxg import GrammarCompiler, layout
 from gxg.arena import DeviceArena, mask_entries
@@ -55,38 +55,27 @@ def masks_and_states_equal(info, make_grammars, steps, seed, device="cpu", commi
     """``run_with_rollbacks`` on an eager CPU batch and on a lazy batch on ``device``, each with
     its own ``make_grammars()`` (the lazy batch's entries committed after ``commit_at`` ops,
     never when None): every mask, then every state field, equal."""
-    vocab_size = info.vocab_size
-    grammars = make_grammars()
+    grammars, fresh = make_grammars(), make_grammars()
     eager = GrammarBatch(info, device="cpu", max_batch=len(grammars), lazy_masks=False,
                          limits=RuntimeLimits(history=8))
     gate = threading.Event()
-    lazy = lazy_batch(info, device, len(grammars), gate)
-    logs = [[], []]
+    assert not any(g.mask_cache.complete for g in fresh)
+    lazy = lazy_batch(info, device, len(fresh), gate)
     ops = [0]
 
-    def record(log, batch=None):
-        def check(what, bitmask):
-            log.append((what, bitmask.cpu().numpy().copy()))
-            if batch is not None:
-                ops[0] += 1
-                if ops[0] == commit_at:
-                    assert batch.commit_masks() == 0     # nothing finished before the gate
-                    gate.set()
-                    assert batch.commit_masks(wait=True) >= 1
-        return check
-    choose = lambda rows, rng: random_allowed(rows, rng, vocab_size)  # noqa: E731
-    run_with_rollbacks(eager, grammars, steps, seed, choose, record(logs[0]))
-    fresh = make_grammars()
-    assert not any(g.mask_cache.complete for g in fresh)
+    def commit_when_due():
+        ops[0] += 1
+        if ops[0] == commit_at:
+            assert lazy.commit_masks() == 0     # nothing finished before the gate
+            gate.set()
+            assert lazy.commit_masks(wait=True) >= 1
     try:
-        run_with_rollbacks(lazy, fresh, steps, seed, choose, record(logs[1], lazy))
+        runs_agree([eager, lazy], [grammars, fresh], info.vocab_size, steps, seed,
+                   after_op=(None, commit_when_due))
     finally:
         gate.set()  # (a failure must not leave the builder's thread waiting)
-    if commit_at is None or commit_at > len(logs[1]):
+    if commit_at is None or commit_at > ops[0]:
         assert any(lazy.arena.unbuilt_nodes(g) for g in lazy.arena.registered_ids)
-    for step, ((what, m0), (_, m1)) in enumerate(zip(*logs)):
-        np.testing.assert_array_equal(m0, m1, err_msg=f"{what} {step}")
-    compare_states(eager, lazy, where="end")
     return lazy
 
 

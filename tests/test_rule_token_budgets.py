@@ -23,6 +23,8 @@ the CPU ops (marked gpu), eagerly and replayed from a CUDA graph; the readers an
 """
 from __future__ import annotations
 
+import functools
+
 import json
 import random
 
@@ -37,9 +39,9 @@ from gxg.compiler.passes import prepare
 from gxg.grammar.ir import Grammar, GrammarError
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher
-from grammar_zoo import compile_each, text_vocab_info
+from grammar_zoo import compile_each, text_world_fixtures
 from mask_oracles import brute_force_mask, mask_to_bool, matcher_mask
-from xgrammar_oracle import needs_xgrammar
+from xgrammar_oracle import needs_xgrammar, walk_against_xgrammar
 
 VOCAB = ["a", "b", "ab", "E", "N", "END", "x", "xa", "c", "abc", "cd", "e", "<", "/", "a>",
          "</a>", "</s>"]
@@ -89,18 +91,8 @@ def ids(text: str) -> list:
     return sorted(ID[t] for t in text.split())
 
 
-@pytest.fixture(scope="module")
-def info():
-    return text_vocab_info(VOCAB, VOCAB_SIZE, STOP)
-
-
-@pytest.fixture(scope="module")
-def compiled(info):
-    return compile_each(info, GRAMMARS)
-
-
-def mask_of(matcher) -> np.ndarray:
-    return matcher_mask(matcher, VOCAB_SIZE)
+info, compiled = text_world_fixtures(VOCAB, VOCAB_SIZE, STOP, GRAMMARS)
+mask_of = functools.partial(matcher_mask, vocab_size=VOCAB_SIZE)
 
 
 @pytest.mark.parametrize("name, tokens, expected", XGRAMMAR_MASKS)
@@ -134,29 +126,6 @@ def test_a_budget_is_per_occurrence_and_rolls_back(compiled):
     matcher.rollback(1)
     assert matcher.accept_token(ID["a"]) and np.flatnonzero(mask_of(matcher)).tolist() == \
         ids("x xa </s>")
-
-
-def random_walk(ours, theirs, fill_theirs, rng: random.Random, steps: int) -> None:
-    """Fill both, compare, then take an allowed token (sometimes any token, sometimes a
-    rollback)."""
-    history = 0
-    for step in range(steps):
-        mine = mask_of(ours)
-        np.testing.assert_array_equal(mine, fill_theirs(), err_msg=f"step {step}")
-        if rng.random() < 0.15 and history:
-            count = rng.randint(1, history)
-            ours.rollback(count)
-            theirs.rollback(count)
-            history -= count
-            continue
-        allowed = np.flatnonzero(mine)
-        token = int(rng.choice(allowed)) if len(allowed) and rng.random() < 0.9 else \
-            rng.randrange(VOCAB_SIZE)
-        accepted = ours.accept_token(token)
-        assert accepted == theirs.accept_token(token), (step, VOCAB[token])
-        history += accepted
-        if ours.is_terminated():
-            return
 
 
 STRUCTURAL_TAGS = {  # any_text with a token budget, inside tags, with excludes and max_chars
@@ -193,11 +162,7 @@ def test_masks_and_accepts_equal_xgrammar(info, compiled, kind, name, seed):
                               .compile_structural_tag(tag))
         theirs = xgrammar.GrammarMatcher(xcompiler.compile_structural_tag(tag))
 
-    def fill_theirs():
-        bitmask = xgrammar.allocate_token_bitmask(1, VOCAB_SIZE)
-        theirs.fill_next_token_bitmask(bitmask)
-        return mask_to_bool(bitmask[0].numpy(), VOCAB_SIZE)
-    random_walk(ours, theirs, fill_theirs, random.Random(seed), 40)
+    walk_against_xgrammar(ours, theirs, VOCAB_SIZE, random.Random(seed), 40)
 
 
 # A budgeted rule referenced where other bytes are allowed too (its start is a top of its own,

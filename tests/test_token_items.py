@@ -15,6 +15,8 @@ counts as one token) against a hand-derived table.
 """
 from __future__ import annotations
 
+import functools
+
 import random
 
 import numpy as np
@@ -27,9 +29,9 @@ from batch_states import random_allowed as batch_random_allowed
 from gxg.batch import GrammarBatch
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher, allocate_token_bitmask
-from grammar_zoo import compile_each, text_vocab_info
+from grammar_zoo import text_world_fixtures
 from mask_oracles import mask_to_bool, matcher_mask
-from xgrammar_oracle import needs_xgrammar
+from xgrammar_oracle import needs_xgrammar, walk_against_xgrammar
 
 VOCAB = ["a", "b", "ab", "c", " ", "x", "<tool_call>", "</tool_call>", "{", "}", "y",
          "1", "<think>", "</think>", "hello", " world", "abc", "</s>"]
@@ -53,18 +55,8 @@ GRAMMARS = {
 }
 
 
-@pytest.fixture(scope="module")
-def info():
-    return text_vocab_info(VOCAB, VOCAB_SIZE, STOP)
-
-
-@pytest.fixture(scope="module")
-def compiled(info):
-    return compile_each(info, GRAMMARS)
-
-
-def mask_of(matcher) -> np.ndarray:
-    return matcher_mask(matcher, VOCAB_SIZE)
+info, compiled = text_world_fixtures(VOCAB, VOCAB_SIZE, STOP, GRAMMARS)
+mask_of = functools.partial(matcher_mask, vocab_size=VOCAB_SIZE)
 
 
 def test_a_token_item_matches_its_tokens_only(compiled):
@@ -94,29 +86,6 @@ def test_a_token_whose_bytes_reach_an_item_part_way_is_rejected(compiled):
     assert not matcher.accept_token(ID["abc"])  # "ab" then "c": nothing follows "ab"
 
 
-def random_walk(ours, theirs, rng: random.Random, steps: int, on_step) -> None:
-    """Pick allowed tokens at random (sometimes a rejected one, sometimes a rollback); call
-    ``on_step(what)`` after each move."""
-    history = 0
-    for _ in range(steps):
-        allowed = np.flatnonzero(on_step("fill"))
-        if rng.random() < 0.15 and history:
-            count = rng.randint(1, history)
-            ours.rollback(count)
-            theirs.rollback(count)
-            history -= count
-            continue
-        token = int(rng.choice(allowed)) if len(allowed) and rng.random() < 0.9 else \
-            rng.randrange(VOCAB_SIZE)
-        if token >= len(VOCAB):
-            continue  # padding: both engines reject it (XGrammar with a warning)
-        accepted = ours.accept_token(token)
-        assert accepted == theirs.accept_token(token), token
-        history += accepted
-        if ours.is_terminated():
-            return
-
-
 @needs_xgrammar
 @pytest.mark.parametrize("name", list(GRAMMARS))
 @pytest.mark.parametrize("seed", range(4))
@@ -129,13 +98,8 @@ def test_masks_and_accepts_equal_xgrammar(compiled, name, seed):
     ours = GrammarMatcher(compiled[name])
     theirs = xgrammar.GrammarMatcher(theirs_compiled)
 
-    def on_step(what):
-        mine = mask_of(ours)
-        bitmask = xgrammar.allocate_token_bitmask(1, VOCAB_SIZE)
-        theirs.fill_next_token_bitmask(bitmask)
-        np.testing.assert_array_equal(mine, mask_to_bool(bitmask[0].numpy(), VOCAB_SIZE))
-        return mine
-    random_walk(ours, theirs, random.Random(seed), 30, on_step)
+    walk_against_xgrammar(ours, theirs, VOCAB_SIZE, random.Random(seed), 30,
+                          padding_from=len(VOCAB))
 
 
 BUDGETED_TOKENS = [  # structural tags whose any_tokens region has a token budget

@@ -5,12 +5,13 @@ EBNF text ("ebnf") or a structural tag's JSON text ("structural_tag").
   each over an empty vocabulary: acceptance is byte-level, no token is needed);
 * ``compiled_pair`` and ``mask_pair``: both engines compiled over the same synthetic
   vocabulary of whole UTF-8 tokens, and one step's masks of a matcher of each, for walks that
-  compare them token by token.
+  compare them token by token;
+* ``walk_against_xgrammar``: such a walk, random, with rollbacks.
 """
 from __future__ import annotations
 
 import functools
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
@@ -92,3 +93,31 @@ def mask_pair(ours: GrammarMatcher, theirs, vocab_size: int) -> Tuple[np.ndarray
     ours.fill_next_token_bitmask(a)
     theirs.fill_next_token_bitmask(b)
     return mask_to_bool(a[0].numpy(), vocab_size), mask_to_bool(b[0].numpy(), vocab_size)
+
+
+def walk_against_xgrammar(ours: GrammarMatcher, theirs, vocab_size: int, rng, steps: int,
+                          padding_from: Optional[int] = None) -> None:
+    """At each step the two masks are equal; then both matchers take the same move: mostly an
+    allowed token, sometimes any token (the verdicts must agree), sometimes a rollback. Ids
+    from ``padding_from`` on are skipped (both engines reject them, XGrammar with a warning).
+    Stops when ours terminates."""
+    history = 0
+    for step in range(steps):
+        mine, other = mask_pair(ours, theirs, vocab_size)
+        np.testing.assert_array_equal(mine, other, err_msg=f"step {step}")
+        if rng.random() < 0.15 and history:
+            count = rng.randint(1, history)
+            ours.rollback(count)
+            theirs.rollback(count)
+            history -= count
+            continue
+        allowed = np.flatnonzero(mine)
+        token = int(rng.choice(allowed)) if len(allowed) and rng.random() < 0.9 else \
+            rng.randrange(vocab_size)
+        if padding_from is not None and token >= padding_from:
+            continue
+        accepted = ours.accept_token(token)
+        assert accepted == theirs.accept_token(token), (step, token)
+        history += accepted
+        if ours.is_terminated():
+            return
