@@ -11,17 +11,23 @@ mask raises. Differences: rollback depth is bounded by ``max_rollback_tokens`` (
 XGrammar keeps unlimited history), and the state's size is bounded: by default the matcher
 starts with ``RuntimeLimits()`` and, when a step needs more parallel stacks, pool entries or
 closure room, doubles that limit and takes the step again, up to ``max_state_bytes`` of state;
-past that (or with ``limits`` given, which are then fixed) the step raises
-``GrammarRuntimeError`` naming the limit, and the matcher stays as it was. With the
+past that it replays the steps since its reset on Earley sets (``gxg.ops.earley_sets``: items
+share what the stacks have in common, so a grammar whose distinct stacks are exponential in
+the input still runs in polynomial time) and stays on them until its reset. A grammar with
+token budgets cannot run on Earley sets: there, and with ``limits`` given (which are then
+fixed), the step raises ``GrammarRuntimeError`` naming the limit, and the matcher stays as it
+was. With the
 lazy mask cache (the default) a node's token masks are computed when a fill first reaches it:
 a grammar too ambiguous there (the compile-time limit of the eager cache) raises
 ``GrammarRuntimeError`` from that fill, and the matcher stays usable.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence, Union
 
@@ -29,9 +35,11 @@ import numpy as np
 import torch
 
 from gxg.draft_tree import draft_tree
+from gxg.compile_budget import CompileTimeoutError
 from gxg.grammar.ir import GrammarError
 from gxg.grammar_compiler import CompiledGrammar
-from gxg.ops import reference
+from gxg.ops import earley_sets, reference
+from gxg.ops.earley_sets import STOP_STEP, EarleyParse, Step
 from gxg.ops.apply_bitmask import apply_token_bitmask_inplace_cpu
 from gxg.runtime import RuntimeLimits, RuntimeState
 
@@ -97,6 +105,12 @@ class GrammarMatcher:
         self._terminate_without_stop = terminate_without_stop_token
         self._tables = reference.host_tables(compiled_grammar, tuple(stop_ids))
         self._state = RuntimeState.allocate(1, limits)
+        # Earley sets replace the stacks once they pass max_state_bytes (module docstring);
+        # the steps since the reset are kept for that replay
+        self._earley: Optional[EarleyParse] = None
+        self._may_switch = self._max_state_bytes is not None and earley_sets.supports(
+            self._tables)
+        self._steps: List[Step] = []
         self.reset()
 
     # ------------------------------------------------------------------ properties
@@ -114,12 +128,29 @@ class GrammarMatcher:
 
     @property
     def state(self) -> RuntimeState:
-        """The one-slot runtime state (read it, don't write it)."""
+        """The one-slot runtime state (read it, don't write it). A matcher on Earley sets has
+        none (``on_earley_sets``)."""
+        if self._earley is not None:
+            raise GrammarRuntimeError(
+                "this matcher runs on Earley sets (its parallel stacks passed "
+                f"max_state_bytes={self._max_state_bytes:,}); it has no stack state to read "
+                "or copy into a GrammarBatch")
         return self._state
+
+    @property
+    def on_earley_sets(self) -> bool:
+        """Whether the matcher has moved from its parallel stacks to Earley sets (gxg's
+        addition; module docstring)."""
+        return self._earley is not None
+
+    def _terminated(self) -> bool:
+        """A stop token was accepted."""
+        return self._earley.terminated if self._earley is not None \
+            else bool(self._state.terminated[0])
 
     # ------------------------------------------------------------------ steps
     def accept_token(self, token_id: int, *, debug_print: bool = False) -> bool:
-        if self._state.terminated[0]:
+        if self._terminated():
             warnings.warn("the matcher has terminated (a stop token was accepted); "
                           "accept_token ignored")
             return False
@@ -130,36 +161,63 @@ class GrammarMatcher:
         if self._terminate_without_stop and 0 <= token_id < self._tables.vocab_size \
                 and self._tables.is_stop[token_id]:
             return False
-        return self._step(lambda: reference.accept_token(self._state, 0, self._tables, token_id))
+        t = self._tables
+        if 0 <= token_id < t.vocab_size and t.is_stop[token_id]:
+            step = Step(b"", STOP_STEP)
+            on_sets = EarleyParse.accept_stop
+        elif not 0 <= token_id < t.vocab_size or t.special[token_id]:
+            return False
+        else:
+            step = Step(t.decoded_vocab[token_id], token_id)
+            on_sets = functools.partial(EarleyParse.accept_bytes, data=step.data,
+                                        token_id=token_id)
+        return self._logged(step, self._step(
+            lambda: reference.accept_token(self._state, 0, t, token_id), on_sets))
 
     def accept_string(self, input_str: Union[str, bytes], *, debug_print: bool = False) -> bool:
         data = input_str.encode("utf-8") if isinstance(input_str, str) else bytes(input_str)
-        if self._state.terminated[0]:
+        if self._terminated():
             return False
-        return self._step(lambda: reference.accept_bytes(self._state, 0, self._tables, data))
+        return self._logged(Step(data), self._step(
+            lambda: reference.accept_bytes(self._state, 0, self._tables, data),
+            functools.partial(EarleyParse.accept_bytes, data=data)))
 
-    def _step(self, op):
-        """Run a reference op; when it hits a limit (the state is then as it was before), grow
-        that limit and run it again, or raise."""
-        while True:
+    def _logged(self, step: Step, accepted: bool) -> bool:
+        """Keep an accepted step for a later replay on Earley sets."""
+        if accepted and self._may_switch:
+            self._steps.append(step)
+        return accepted
+
+    def _step(self, op, on_sets):
+        """Run a reference op (on Earley sets: ``on_sets(parse)``); when it hits a limit (the
+        state is then as it was before), grow that limit and run it again, or move to Earley
+        sets and run it there, or raise."""
+        while self._earley is None:
             result = op()
             code = int(self._state.error[0])
             if not code:
                 return result
             self._state.error[0] = 0  # the step was not taken; the matcher stays usable
             self._grow(code)
+        return on_sets(self._earley)
 
     def _grow(self, code: int) -> None:
+        """Grow the limit that ``code`` names, or move to Earley sets past max_state_bytes,
+        or raise."""
         limits = self._state.limits
         message = limits.message(code)
         wider = limits.grown(code)
         if self._max_state_bytes is None or wider == limits:
             raise GrammarRuntimeError(message)
         if wider.state_bytes() > self._max_state_bytes:
+            if self._may_switch:
+                self._earley = EarleyParse.replay(self._tables, self._steps)
+                return
             raise GrammarRuntimeError(
                 f"{message}; the matcher's state already grew to {limits.state_bytes():,} "
                 f"bytes and the next size ({wider.state_bytes():,}) is past max_state_bytes="
-                f"{self._max_state_bytes:,}")
+                f"{self._max_state_bytes:,} (a grammar with token budgets does not run on "
+                f"Earley sets)")
         self._state = self._resized(self._state, wider)
 
     @staticmethod
@@ -171,8 +229,14 @@ class GrammarMatcher:
             reference.rebuild_pool_index(out, 0)
         return out
 
-    def _restore(self, snapshot: RuntimeState) -> None:
-        """Back to a snapshot's state (taken before a step that may have grown the limits)."""
+    def _restore(self, snapshot: "_Snapshot") -> None:
+        """Back to a snapshot's state (taken before a step that may have grown the limits or
+        moved to Earley sets)."""
+        self._steps = list(snapshot.steps)
+        self._earley = snapshot.earley.copy() if snapshot.earley is not None else None
+        if snapshot.earley is not None:
+            return
+        snapshot = snapshot.state
         if snapshot.limits == self._state.limits:
             snapshot.copy_slot(0, self._state, 0)
         else:
@@ -196,7 +260,7 @@ class GrammarMatcher:
                             f"{type(remaining_tokens).__name__}")
         if remaining_tokens is not None and remaining_tokens < 0:
             raise ValueError(f"remaining_tokens must be >= 0, got {remaining_tokens}")
-        if self._state.terminated[0]:
+        if self._terminated():
             raise RuntimeError("the matcher has terminated (a stop token was accepted); "
                                "roll back or reset before filling a mask")
         words = self._tables.words
@@ -215,9 +279,14 @@ class GrammarMatcher:
                 raise IndexError(f"index {index} out of range for batch {bitmask.shape[0]}")
             target = bitmask[index]
         row = np.zeros(words, dtype=np.int32)
-        need_apply = self._step(lambda: self._fill(row))
+        need_apply = self._step(lambda: self._fill(row), functools.partial(self._fill_sets,
+                                                                             row=row))
         if remaining_tokens is not None:
-            reference.restrict_to_budget(self._state, 0, self._tables, row, remaining_tokens)
+            if self._earley is not None:
+                self._earley.restrict_to_budget(row, remaining_tokens)
+            else:
+                reference.restrict_to_budget(self._state, 0, self._tables, row,
+                                             remaining_tokens)
             need_apply = not reference.all_allowed(row, self._tables.vocab_size)
         target.copy_(torch.from_numpy(row))
         return need_apply
@@ -226,12 +295,22 @@ class GrammarMatcher:
         try:
             return reference.fill_next_token_bitmask(self._state, 0, self._tables, row)
         except GrammarError as error:  # a node's lazy mask entry could not be computed
-            raise GrammarRuntimeError(f"the token mask of a node this step reaches cannot be "
-                                      f"computed: {error}") from error
+            raise _entry_failed(error) from error
+
+    def _fill_sets(self, parse: EarleyParse, row: np.ndarray) -> bool:
+        try:
+            parse.fill(row)
+        except CompileTimeoutError:
+            raise
+        except GrammarError as error:
+            raise _entry_failed(error) from error
+        return not reference.all_allowed(row, self._tables.vocab_size)
 
     def completion_distance(self) -> int:
         """The fewest bytes the output still needs before the root can end (0 when it can end
         now): how many tokens a budget must at least leave (gxg's addition)."""
+        if self._earley is not None:
+            return self._earley.completion_distance()
         if self._state.can_end[0] or self._state.terminated[0]:
             return 0
         completion = self._tables.completion
@@ -240,27 +319,43 @@ class GrammarMatcher:
 
     def is_completed(self) -> bool:
         """The input so far is a complete sentence of the root rule."""
+        if self._earley is not None:
+            return self._earley.can_end or self._earley.terminated
         return bool(self._state.can_end[0]) or bool(self._state.terminated[0])
 
     def is_terminated(self) -> bool:
         if self._terminate_without_stop:
             return self.is_completed()
-        return bool(self._state.terminated[0])
+        return self._terminated()
 
     def reset(self) -> None:
-        self._step(lambda: reference.reset(self._state, 0, self._tables))
+        self._earley = None
+        self._steps = []
+        self._step(lambda: reference.reset(self._state, 0, self._tables), lambda parse: None)
 
     def rollback(self, num_tokens: int = 1) -> None:
-        if not reference.rollback(self._state, 0, int(num_tokens)):
+        num_tokens = int(num_tokens)
+        history = self._state.limits.history
+        kept = (min(self._earley.num_steps, history) if self._earley is not None
+                else int(self._state.hist_len[0]))
+        if not 0 <= num_tokens <= kept:
             raise RuntimeError(
-                f"cannot roll back {num_tokens} tokens: {int(self._state.hist_len[0])} steps "
-                f"are in the history (at most max_rollback_tokens="
-                f"{self._state.limits.history} are kept)")
+                f"cannot roll back {num_tokens} tokens: {kept} steps are in the history (at "
+                f"most max_rollback_tokens={history} are kept)")
+        if self._earley is not None:
+            self._earley.rollback(num_tokens)
+        else:
+            reference.rollback(self._state, 0, num_tokens)
+        if self._may_switch and num_tokens:
+            del self._steps[-num_tokens:]
 
     def fork(self) -> "GrammarMatcher":
         twin = object.__new__(GrammarMatcher)
         twin.__dict__.update(self.__dict__)
-        twin._state = self._snapshot()
+        twin._state = RuntimeState.allocate(1, self._state.limits)  # its own, even if unused
+        self._state.copy_slot(0, twin._state, 0)
+        twin._earley = self._earley.copy() if self._earley is not None else None
+        twin._steps = list(self._steps)
         return twin
 
     # ------------------------------------------------------------------ speculative decoding
@@ -301,10 +396,12 @@ class GrammarMatcher:
         finally:
             self._restore(start)
 
-    def _snapshot(self) -> RuntimeState:
+    def _snapshot(self) -> "_Snapshot":
+        if self._earley is not None:
+            return _Snapshot(None, self._earley.copy(), list(self._steps))
         copy = RuntimeState.allocate(1, self._state.limits)
         self._state.copy_slot(0, copy, 0)
-        return copy
+        return _Snapshot(copy, None, list(self._steps))
 
     def _traverse(self, tree, token_bitmask: torch.Tensor, deadline: Optional[float]) -> bool:
         """Depth first; the state of a node with several children is kept once, to start each
@@ -339,25 +436,22 @@ class GrammarMatcher:
 
     def _accept_draft_token(self, token_id: int) -> bool:
         """accept_token without its warning: a draft token outside the vocabulary is rejected."""
-        if self._state.terminated[0] or not 0 <= token_id < self._tables.vocab_size:
+        if self._terminated() or not 0 <= token_id < self._tables.vocab_size:
             return False
         return self._accept(token_id)
 
     def find_jump_forward_string(self) -> str:
         """The longest string every continuation must start with (state unchanged)."""
-        if self._state.terminated[0]:
+        if self._terminated():
             raise RuntimeError("the matcher has terminated (a stop token was accepted)")
         probe = self.fork()
         forced = bytearray()
-        tables = self._tables
-        while not probe._state.can_end[0]:
-            candidates = _next_bytes(probe._state, tables)
-            if len(candidates) != 1:
+        while not probe.is_completed():
+            candidates = (probe._earley.next_bytes() if probe._earley is not None
+                          else _next_bytes(probe._state, self._tables))
+            if len(candidates) != 1 or not probe.accept_string(bytes(candidates)):
                 break
-            byte = candidates[0]
-            if not reference.accept_bytes(probe._state, 0, tables, bytes([byte])):
-                break
-            forced.append(byte)
+            forced.extend(candidates)
         return _longest_utf8_prefix(bytes(forced))
 
 
@@ -441,6 +535,20 @@ class BatchGrammarMatcher:
         _same_length(matchers, counts, "num_tokens")
         for m, n in zip(matchers, counts):
             m.rollback(int(n))
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """A matcher's parse state: its stacks' slot or its Earley sets, and the steps since its
+    reset."""
+    state: Optional[RuntimeState]
+    earley: Optional[EarleyParse]
+    steps: List[Step]
+
+
+def _entry_failed(error: GrammarError) -> GrammarRuntimeError:
+    return GrammarRuntimeError(f"the token mask of a node this step reaches cannot be "
+                               f"computed: {error}")
 
 
 def _same_length(matchers, values, name: str) -> None:

@@ -57,6 +57,18 @@ GRAMMAR_ZOO = [
      ['{"a": [1, 2.5e3, true, null], "b": {"c": "d\\n\\u00e9"}}', '[]', '[{"x":"y"}, -0.1]']),
 ]
 
+# Grammars whose distinct parse stacks grow exponentially with the input (profiling/fuzz.py's
+# random-grammars family, seed 0: cases that hit the CPU matcher's 4,096-stack ceiling before
+# it moved to Earley sets): (name, EBNF, the characters of random inputs)
+EXPONENTIAL_GRAMMARS = [
+    ("nested_repeats", 'root ::= ((([a-c] root)){0,2}){1,3}', "abc"),
+    ("repeated_root", 'root ::= (((root){0,2} [^abc中] [^]))*', "xyz"),
+    ("mutual", 'root ::= ((r1)+ "中")\nr1 ::= ((r2)* | root)\n'
+               'r2 ::= (r2 | (("c😀" | [abc] | r1) | (root)?))', "abc中"),
+    ("any_or_root", 'root ::= (("中b")* | [^] | (("a" | r1 | root) | root))\n'
+                    'r1 ::= ((r1 ([a-c] | "ac" | r2))){0,2}\nr2 ::= root', "abc"),
+]
+
 
 def zoo_grammar(ebnf):
     """The ``Grammar`` of a zoo entry's EBNF (None: the builtin JSON grammar)."""

@@ -62,11 +62,13 @@ def recognizer_mask(recognizer, consumed: bytes, info, stop_token_ids) -> np.nda
     allowed = np.zeros(info.vocab_size, dtype=bool)
     special = set(info.special_token_ids)
     stops = set(stop_token_ids)
+    after_consumed = recognizer.start()  # read once; each token continues from a copy
+    after_consumed.feed_bytes(consumed)
     for token_id, data in enumerate(info.decoded_vocab):
         if token_id in stops or token_id in special or not data:
             continue
-        allowed[token_id] = recognizer.accepts_prefix(consumed + data)
-    if recognizer.accepts(consumed):
+        allowed[token_id] = after_consumed.copy().feed_bytes(data)
+    if after_consumed.accepting:
         allowed[list(stops)] = True
     return allowed
 

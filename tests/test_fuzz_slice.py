@@ -23,10 +23,6 @@ HOSTILE = ["objects nested 48 deep", "anyOf nested 30000 deep", "not enum 5",
            "schema 5", "schema None", "$ref cycle without base case", "anyOf of itself",
            "lone surrogate in enum and key", "minimum 1e400 (inf)", "type list of everything",
            "oneOf chain 14 deep, disjoint"]
-# Runtime-limit failures (GrammarRuntimeError: more parallel stacks than max_stacks) seen in
-# this slice on the day it was written (random grammar #19, 7 of its 12 strings); issue 15
-# item 1 brings them to 0. A ceiling, not a target.
-RUNTIME_LIMITS_TODAY = {"random-grammars": 1}
 # Families whose semantics are XGrammar's (token budgets: no independent oracle but the
 # brute-force one for self-consistency): a mask that differs from XGrammar's is a failure.
 XGRAMMAR_IS_THE_SPEC = {"token-budgets"}
@@ -57,7 +53,9 @@ def test_slice_has_no_failures(family_name):
     summary = run_slice(family_name, list(range(SLICE[family_name])))
     counts, details = failures(summary)
     assert counts == dict.fromkeys(counts, 0), details
-    assert summary[fuzz.RUNTIME_LIMIT] <= RUNTIME_LIMITS_TODAY.get(family_name, 0), details
+    # no runtime limit: past its stack ceiling the CPU matcher moves to Earley sets (random
+    # grammar #19 of this slice, 7 of its 12 strings, stopped there before)
+    assert summary[fuzz.RUNTIME_LIMIT] == 0, details
     assert summary["checks"] > 0
     if family_name in XGRAMMAR_IS_THE_SPEC and fuzz.xgrammar_module() is not None:
         assert summary[fuzz.XGR_DISAGREEMENTS] == 0, details

@@ -186,13 +186,28 @@ def test_without_limits_the_matcher_grows():
     assert grows.accept_string("b" * 100 + "!") and grows.is_completed()
 
 
-def test_growth_stops_at_max_state_bytes():
+def test_past_max_state_bytes_the_matcher_moves_to_earley_sets():
+    """Past the ceiling the matcher moves to Earley sets (tests/test_earley_sets.py), and the
+    step that crossed it is taken there."""
     compiled = compile_bytes(GROWING)
     ceiling = RuntimeLimits().state_bytes() + 1
     matcher = GrammarMatcher(compiled, max_state_bytes=ceiling)
     for char in "a" * 20:
         assert matcher.accept_string(char)
-    with pytest.raises(GrammarRuntimeError, match="max_state_bytes"):
+    assert not matcher.on_earley_sets
+    assert matcher.accept_string("a" * 60)
+    assert matcher.on_earley_sets
+    assert matcher.accept_string("b" * 80 + "!")
+    assert matcher.is_completed()
+    assert not matcher.accept_string("b")
+
+
+def test_fixed_limits_raise_and_the_failed_step_changes_nothing():
+    compiled = compile_bytes(GROWING)
+    matcher = GrammarMatcher(compiled, limits=RuntimeLimits())
+    for char in "a" * 20:
+        assert matcher.accept_string(char)
+    with pytest.raises(GrammarRuntimeError, match="max_stacks=64"):
         matcher.accept_string("a" * 60)
     assert matcher.accept_string("b" * 20 + "!")  # the failed step changed nothing
     assert matcher.is_completed()
