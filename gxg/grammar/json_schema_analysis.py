@@ -990,6 +990,11 @@ class SchemaAnalysis:
         return hit[2]
 
     def _disjoint(self, a: Any, b: Any) -> bool:
+        shared = self.complement_budget
+        if shared is not None:  # while complements are built, a check is work like a merge
+            shared[0] -= 1
+            if shared[0] < 0:
+                raise GrammarError("the complements of a oneOf grow too large")
         types_a, types_b = self.type_set(a), self.type_set(b)
         if not types_a & types_b:
             return True
