@@ -67,7 +67,11 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
     pair_unc_tokens    int32  [U2]
 
 Register copies a grammar's tables into free ranges of each buffer (first fit); unregister
-returns them (for reuse once the steps queued before have run). A lazy registration
+returns them (for reuse once the steps queued before have run). When grammars have come and
+gone so that a new one fits in the free entries of a buffer but in no single free range, the
+registration first compacts that buffer: the other grammars' ranges move down, their pointing
+fields shift, on the current stream (``_compact``; not from ``register_in_background``'s
+stream, which gets ``ArenaFullError`` instead). A lazy registration
 (``register(lazy=True)``) copies only the mask entries the grammar's cache holds already, so it
 walks no vocabulary; ``complete_entries`` later swaps in the full entries (computed on any
 thread with ``mask_entries``) between steps, on the stream that runs them. Registration and
@@ -181,6 +185,25 @@ def mask_entries(compiled: CompiledGrammar, lazy: bool = False) -> MaskEntries:
 # the buffers that hold mask entries (replaced when a lazy registration is completed)
 ENTRY_BUFFERS = ("accept_rows", "uncertain", "pairs", "pair_acc", "pair_unc")
 
+# Compaction (``DeviceArena._compact``) moves a grammar's range of an allocator: the arena
+# buffers that range indexes move with it (by dimension; the pair tokens' two allocators share
+# one), and the fields that hold positions in it shift by the move (allocator -> the allocator
+# whose range holds those fields, and the fields). Every other field holds local values.
+_MOVED_BUFFERS = {
+    allocator: tuple(b.name for b in map(layout.buffer, ARENA_FIELDS) if b.dims[:1] == (dim,))
+    for allocator, dim in (("nodes", "N"), ("next_flat", "X"), ("refs", "E"),
+                           ("accept_rows", "R"), ("uncertain", "U"), ("pairs", "Q"))}
+_MOVED_BUFFERS.update(pair_acc=("pair_acc_tokens",), pair_unc=("pair_unc_tokens",))
+_POINTERS_INTO = {
+    "next_flat": ("nodes", ("node_next",)),
+    "refs": ("nodes", ("node_ref_lo", "node_ref_hi")),
+    "accept_rows": ("nodes", ("node_row",)),        # only its rows >= 0 (-1, ROW_UNBUILT stay)
+    "uncertain": ("nodes", ("node_unc_lo", "node_unc_hi")),
+    "pairs": ("nodes", ("node_pair_lo", "node_pair_hi")),
+    "pair_acc": ("pairs", ("pair_acc_lo", "pair_acc_hi")),
+    "pair_unc": ("pairs", ("pair_unc_lo", "pair_unc_hi")),
+}
+
 
 def entry_counts(compiled: CompiledGrammar, entries: MaskEntries = None) -> Dict[str, int]:
     """Entries a compiled grammar takes in each arena buffer (with ``entries``: with those
@@ -210,18 +233,27 @@ class _Ranges:
     def take(self, count: int) -> int:
         if count == 0:
             return 0
-        for i, (start, end) in enumerate(self.free):
+        start = self.fits(count)
+        if start is None:
+            largest = max((end - start for start, end in self.free), default=0)
+            raise ArenaFullError(
+                f"arena buffer '{self.name}' is full: the grammar needs {count} entries "
+                f"({count * self.element_bytes} bytes) in one range, the largest free range "
+                f"has {largest} and {self.size - self.used} of {self.size} are free; create the "
+                f"GrammarBatch/DeviceArena with a larger capacity")
+        i = next(i for i, (lo, _) in enumerate(self.free) if lo == start)
+        end = self.free[i][1]
+        self.free[i] = (start + count, end)
+        if start + count == end:
+            del self.free[i]
+        return start
+
+    def fits(self, count: int) -> Optional[int]:
+        """The start of the first free range that holds ``count`` entries, or None."""
+        for start, end in self.free:
             if end - start >= count:
-                self.free[i] = (start + count, end)
-                if start + count == end:
-                    del self.free[i]
                 return start
-        largest = max((end - start for start, end in self.free), default=0)
-        raise ArenaFullError(
-            f"arena buffer '{self.name}' is full: the grammar needs {count} entries "
-            f"({count * self.element_bytes} bytes) in one range, the largest free range has "
-            f"{largest} of {self.size}; create the GrammarBatch/DeviceArena with a larger "
-            f"capacity")
+        return None
 
     def give_back(self, start: int, count: int) -> None:
         if count == 0:
@@ -247,6 +279,7 @@ class _Registration:
     ranges: Dict[str, Tuple[int, int]]   # buffer name -> (start, count)
     nbytes: int
     unbuilt: int = 0                     # scannable nodes without their entry (lazy)
+    written: Optional[torch.cuda.Event] = None  # its last writes are done after this event
 
 
 def canonical_device(device) -> torch.device:
@@ -365,11 +398,15 @@ class DeviceArena:
                 for name, value in arrays.items()}
 
     # ------------------------------------------------------------------ registration
-    def register(self, compiled: CompiledGrammar, *, lazy: bool = False) -> int:
+    def register(self, compiled: CompiledGrammar, *, lazy: bool = False,
+                 may_move: bool = True) -> int:
         """Copy a compiled grammar in (once: registering it again returns the same id).
         ``lazy=True`` copies only the mask entries the grammar's cache already holds (no
         vocabulary walk): the fills walk every token from the other nodes, exact but slower,
-        until ``complete_entries`` copies the rest in (``unbuilt_nodes`` counts them)."""
+        until ``complete_entries`` copies the rest in (``unbuilt_nodes`` counts them).
+        ``may_move``: when no free range is large enough but enough is free, compact the
+        arena first (``_compact``: the other grammars move, on the current stream); pass False
+        on a stream other than the one that runs the steps."""
         if compiled.tokenizer_info is not self.tokenizer_info and \
                 compiled.tokenizer_info.vocab_size != self.vocab_size:
             raise ValueError("the compiled grammar was built for another tokenizer")
@@ -389,14 +426,14 @@ class DeviceArena:
             if not self._free_ids:
                 raise ArenaFullError(f"the arena holds at most {self.capacity.max_grammars} "
                                      "grammars; unregister one or raise max_grammars")
-            ranges = self._take(sizes)
+            ranges = self._take(sizes, may_move)
             gid = self._free_ids.pop(0)
             writes = _Writes(self)
             self._write(gid, compiled, ranges, writes)
             self._write_entries(ranges["nodes"][0], entries, ranges, writes)
             writes.flush()
             self._registered[gid] = _Registration(compiled, ranges, self._nbytes(ranges),
-                                                  int(entries.unbuilt.sum()))
+                                                  int(entries.unbuilt.sum()), self._event())
             self._by_compiled[id(compiled)] = gid
         return gid
 
@@ -405,25 +442,88 @@ class DeviceArena:
         known = self._by_compiled.get(id(compiled))
         return known if known is not None and self.holds(known, compiled) else None
 
-    def _take(self, sizes: Dict[str, int]) -> Dict[str, Tuple[int, int]]:
+    def _take(self, sizes: Dict[str, int], may_move: bool = True) -> Dict[str, Tuple[int, int]]:
         """Ranges of these sizes, all or none (ArenaFullError names the buffer). Ranges
-        retired while steps were queued are waited for before the arena counts as full."""
+        retired while steps were queued are waited for before the arena counts as full; then,
+        with ``may_move``, a buffer with enough free entries but no range large enough is
+        compacted."""
         self._reclaim()
-        while True:
-            ranges: Dict[str, Tuple[int, int]] = {}
-            try:
-                for name, count in sizes.items():
-                    ranges[name] = (self._alloc[name].take(count), count)
-                return ranges
-            except ArenaFullError:
-                for name, (start, count) in ranges.items():
-                    self._alloc[name].give_back(start, count)
-                if not self._retired:
-                    raise
-                for event, _ in self._retired:
-                    if event is not None:
-                        event.synchronize()
-                self._reclaim()
+        if not all(self._alloc[name].fits(count) is not None
+                   for name, count in sizes.items() if count):
+            self._wait_retired()
+            fragmented = [name for name, count in sizes.items() if count
+                          and self._alloc[name].fits(count) is None
+                          and self._alloc[name].size - self._alloc[name].used >= count]
+            if fragmented and may_move:
+                self._compact(fragmented)
+        ranges: Dict[str, Tuple[int, int]] = {}
+        try:
+            for name, count in sizes.items():
+                ranges[name] = (self._alloc[name].take(count), count)
+        except ArenaFullError:
+            for name, (start, count) in ranges.items():
+                self._alloc[name].give_back(start, count)
+            raise
+        return ranges
+
+    def _wait_retired(self) -> None:
+        """Wait until no queued kernel reads a retired range, and give them all back."""
+        for event, _ in self._retired:
+            if event is not None:
+                event.synchronize()
+        self._reclaim()
+
+    def _event(self) -> Optional[torch.cuda.Event]:
+        """An event recorded on the current stream (None off CUDA)."""
+        if self.device.type != "cuda":
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def _compact(self, allocators) -> None:
+        """Move the registered grammars' ranges of ``allocators`` down to the start of each,
+        in the order they lie, so that the free entries are one range at the end. The moves
+        are device copies on the current stream followed by shifts of the fields that point
+        into the moved ranges (``_POINTERS_INTO``): the steps queued before on this stream
+        read the old places, those after the new ones (other streams must not be running
+        steps of this arena). Registrations still writing on another stream are waited for.
+        The generations stay: the CPU kernels' host tables hold what a grammar's ranges
+        contain, not where they are."""
+        for registration in self._registered.values():
+            if registration.written is not None:
+                registration.written.synchronize()
+        for name in allocators:
+            allocator = self._alloc[name]
+            lying = sorted((r.ranges[name][0], gid) for gid, r in self._registered.items()
+                           if r.ranges[name][1])
+            cursor = 0
+            for start, gid in lying:
+                registration = self._registered[gid]
+                count = registration.ranges[name][1]
+                if start != cursor:
+                    self._move(gid, name, start, cursor, count)
+                    registration.ranges[name] = (cursor, count)
+                cursor += count
+            allocator.free = [(cursor, allocator.size)] if cursor < allocator.size else []
+
+    def _move(self, gid: int, allocator: str, old: int, new: int, count: int) -> None:
+        """Grammar ``gid``'s ``count`` entries of ``allocator`` from ``old`` to ``new``
+        (below it: the ranges may overlap, hence the copy through a temporary)."""
+        for name in _MOVED_BUFFERS[allocator]:
+            tensor = getattr(self, name)
+            tensor[new: new + count] = tensor[old: old + count].clone()
+        if allocator == "nodes":
+            self.grammar_node_base[gid] = new
+            return
+        holder, fields = _POINTERS_INTO[allocator]
+        start, held = self._registered[gid].ranges[holder]
+        for name in fields:
+            values = getattr(self, name)[start: start + held]
+            if name == "node_row":
+                values[values >= 0] += new - old
+            else:
+                values += new - old
 
     def _nbytes(self, ranges) -> int:
         return sum(count * self._alloc[name].element_bytes
@@ -461,7 +561,7 @@ class DeviceArena:
             registration = self._registered.get(gid)
             if registration is None or registration.compiled is not compiled:
                 return False
-            new = self._take(_entry_counts(entries))
+            new = self._take(_entry_counts(entries))  # (on the steps' stream: may move)
             writes = _Writes(self)
             self._write_entries(registration.ranges["nodes"][0], entries, new, writes)
             # A new generation: the CPU kernels rebuild their tables of this id.
@@ -472,16 +572,13 @@ class DeviceArena:
             registration.ranges.update(new)
             registration.nbytes = self._nbytes(registration.ranges)
             registration.unbuilt = int(entries.unbuilt.sum())
+            registration.written = self._event()
         return True
 
     def _retire(self, ranges: Dict[str, Tuple[int, int]]) -> None:
         """Give ``ranges`` back once the current stream has passed this point (the steps
         queued before may still read them)."""
-        event = None
-        if self.device.type == "cuda":
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(self.device))
-        self._retired.append((event, ranges))
+        self._retired.append((self._event(), ranges))
 
     def _write(self, gid: int, compiled: CompiledGrammar, ranges, writes: "_Writes") -> None:
         """The grammar's automaton tables (everything but the mask entries)."""

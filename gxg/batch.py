@@ -272,13 +272,15 @@ class GrammarBatch:
                                                   thread_name_prefix="gxg-register")
 
         def register() -> int:
+            # may_move=False: compacting would move other grammars under the steps running
+            # beside this thread (a full arena raises instead)
             if self.device.type != "cuda":
-                return self.arena.register(compiled)
+                return self.arena.register(compiled, may_move=False)
             # a stream of its own: the copies must not queue behind the decode loop's work on
             # the caller's stream (each would wait for the step in flight)
             stream = torch.cuda.Stream(self.device)
             with torch.cuda.stream(stream):
-                gid = self.arena.register(compiled)
+                gid = self.arena.register(compiled, may_move=False)
             stream.synchronize()  # the copies are done before the future is
             return gid
         return self._background.submit(register)
