@@ -49,7 +49,7 @@ def accept_against_matchers(batch: GrammarBatch, matchers, tokens) -> None:
     """Accept ``tokens`` (one per slot) in the batch and in each live slot's matcher: the same
     verdicts, then the same stacks."""
     import torch
-    accepted = batch.accept(torch.tensor(tokens))
+    accepted = batch.accept(torch.tensor(tokens, device=batch.device)).cpu()
     for slot, matcher in enumerate(matchers):
         if not matcher.is_terminated():
             assert bool(accepted[slot]) == matcher.accept_token(tokens[slot]), slot
