@@ -17,6 +17,7 @@ the synchronisation. Target (issue 13): step 1 <= 60 µs.
 
 Setup: Qwen vocabulary (151,851 ids, the model's head 151,936), builtin JSON grammar.
 Usage: python profiling/bench_eager.py [--steps 200] [--out FILE]
+       python profiling/bench_eager.py --parts   # the step's host time, call by call
 Prints a table and writes JSON (profiling/results/bench_eager.json or --out).
 """
 from __future__ import annotations
@@ -63,6 +64,51 @@ def eager_step_times(info, compiled, tokens) -> list:
         if not ok:
             raise SystemExit(f"token {t} of the document was rejected")
     return times
+
+
+def eager_step_parts(info, compiled, tokens, passes: int = 8) -> dict:
+    """Median host time (µs) of each part of the eager step: ``fill_next_token_bitmask`` (one
+    graph replay), ``accept`` (the tokens' copy into the graph's buffer, the replay, the
+    flags' clone) and the flag's ``.item()`` (waiting for the device); then, alone, the
+    copy, the clone and a replay of the accept graph."""
+    parts = {name: [] for name in ("fill", "accept", "item", "copy", "clone", "replay")}
+    for _ in range(passes):
+        batch = GrammarBatch(info, device="cuda", max_batch=1, lazy_masks=False)
+        batch.bind(0, compiled)
+        bitmask = torch.empty((1, (info.vocab_size + 31) // 32), dtype=torch.int32,
+                              device="cuda")
+        stream = torch.tensor(tokens, dtype=torch.int64, device="cuda").view(-1, 1)
+        for _ in range(2):  # warm-up: the kernels, then the graphs' capture
+            batch.reset()
+            batch.fill_next_token_bitmask(bitmask)
+            batch.accept(stream[0]).item()
+        batch.reset()
+        torch.cuda.synchronize()
+        for t in range(len(tokens)):
+            a = time.perf_counter()
+            batch.fill_next_token_bitmask(bitmask)
+            b = time.perf_counter()
+            accepted = batch.accept(stream[t])
+            c = time.perf_counter()
+            accepted.item()
+            d = time.perf_counter()
+            parts["fill"].append(b - a)
+            parts["accept"].append(c - b)
+            parts["item"].append(d - c)
+        graph = next(g for key, g in batch._graphs.items() if key[0] == "accept")
+        for _ in range(50):
+            torch.cuda.synchronize()
+            a = time.perf_counter()
+            batch._step_tokens.copy_(stream[1])
+            b = time.perf_counter()
+            batch._step_accepted.clone()
+            c = time.perf_counter()
+            graph.replay()
+            d = time.perf_counter()
+            parts["copy"].append(b - a)
+            parts["clone"].append(c - b)
+            parts["replay"].append(d - c)
+    return {f"{name}_p50_us": 1e6 * statistics.median(values) for name, values in parts.items()}
 
 
 def processor_call_times(compiled, tokens) -> list:
@@ -123,12 +169,18 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="also print the host functions that take the eager step's time "
                              "(cProfile, cumulative)")
+    parser.add_argument("--parts", action="store_true",
+                        help="only the eager step's parts (host time of each call), a table")
     parser.add_argument("--out", default=str(RESULTS / "bench_eager.json"))
     args = parser.parse_args()
     info = vocabularies.tokenizer_info_for("qwen", vocab_size=151936)
     tokenizer = vocabularies.qwen_tokenizer()
     compiled = GrammarCompiler(info).compile_builtin_json_grammar()
     document = tokenizer.encode(DOCUMENT, add_special_tokens=False)
+    if args.parts:
+        parts = eager_step_parts(info, compiled, document)
+        print_table([parts], list(parts))
+        return
     times = []
     while len(times) < args.steps:  # the document again from the start after each pass
         times += eager_step_times(info, compiled, document)
