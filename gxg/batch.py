@@ -11,7 +11,8 @@ A new grammar's mask entries are the slow part of taking it in (~0.5 ms per auto
 with a 150k-token vocabulary). On CUDA ``bind`` registers it lazily by default
 (``lazy_masks``): the arena gets the automaton and the entries the grammar's cache already has,
 the fills walk every token from the other nodes on the device (exact; ~tens of µs per such top
-at B = 1), a host thread computes the missing entries, and ``commit_masks`` (called by ``bind``,
+at B = 1), a builder (``mask_builder``: a worker process on CUDA, a thread on the CPU;
+``gxg.entry_builder``) computes the missing entries, and ``commit_masks`` (called by ``bind``,
 ``unbind`` and eager fills, or by the caller between graph replays) copies them in between
 steps. ``register_in_background`` instead registers a grammar with all its entries on a host
 thread while the batch steps.
@@ -37,8 +38,6 @@ Per-slot behaviour (documented contract):
 """
 from __future__ import annotations
 
-import queue
-import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable, Optional, Union
@@ -46,9 +45,10 @@ from typing import Iterable, Optional, Union
 import numpy as np
 import torch
 
-from gxg import blobs, compile_budget, layout
+from gxg import blobs, layout
 from gxg.ops import xg_ops  # registers torch.ops.xg
-from gxg.arena import ArenaCapacity, DeviceArena, canonical_device, mask_entries
+from gxg.arena import ArenaCapacity, DeviceArena, canonical_device
+from gxg.entry_builder import ProcessBuilder, ThreadBuilder
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.runtime import RuntimeLimits, RuntimeState
 from gxg.tokenizer import TokenizerInfo
@@ -59,60 +59,27 @@ MAX_TOKEN_BUDGET = 2 ** 31 - 1  # token_budget is int32 on the device
 MAX_EAGER_GRAPHS = 8  # cached step graphs per batch (one per bitmask buffer and budget mode)
 
 
-def _build_entries(compiled: CompiledGrammar):
-    """The builder thread's work: every mask entry of ``compiled``, yielding as it goes."""
-    with compile_budget.yielding():
-        return mask_entries(compiled)
-
-
-class _Builder:
-    """One daemon thread that runs mask-entry builds one at a time, in submission order. A
-    daemon (unlike a ThreadPoolExecutor's workers): a process that is done decoding does not
-    wait at exit for a build nobody will use. Cancelling a queued build skips it; the thread
-    ends when the builder is dropped (with its batch)."""
-
-    def __init__(self):
-        self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
-        threading.Thread(target=_run_builds, args=(self._queue,), name="gxg-masks",
-                         daemon=True).start()
-
-    def submit(self, work, *args) -> Future:
-        future: Future = Future()
-        self._queue.put((future, work, args))
-        return future
-
-    def __del__(self):
-        self._queue.put(None)
-
-
-def _run_builds(jobs: "queue.SimpleQueue") -> None:
-    """The builder thread (it holds the queue, not the builder, so that the builder can go)."""
-    while True:
-        job = jobs.get()
-        if job is None:
-            return
-        future, work, args = job
-        if not future.set_running_or_notify_cancel():
-            continue
-        try:
-            future.set_result(work(*args))
-        except BaseException as error:  # noqa: BLE001 - handed to commit_masks
-            future.set_exception(error)
-
-
 class GrammarBatch:
     def __init__(self, tokenizer_info: TokenizerInfo, device="cuda", max_batch: int = 256,
                  limits: RuntimeLimits = RuntimeLimits(),
                  capacity: ArenaCapacity = ArenaCapacity(), *, eager_graphs: bool = True,
-                 arena: Optional[DeviceArena] = None, lazy_masks: Optional[bool] = None):
+                 arena: Optional[DeviceArena] = None, lazy_masks: Optional[bool] = None,
+                 mask_builder: Optional[str] = None):
         self.device = canonical_device(device)
         # ``bind`` registers without the mask entries the grammar's cache lacks (default on
-        # CUDA): the first mask needs no vocabulary walk on the host; a thread computes the
-        # entries and ``commit_masks`` copies them in between steps.
+        # CUDA): the first mask needs no vocabulary walk on the host; a builder computes the
+        # entries and ``commit_masks`` copies them in between steps. ``mask_builder``:
+        # "process" (default on CUDA: a worker process, off the decode loop's interpreter) or
+        # "thread" (default on the CPU), ``gxg.entry_builder``.
         self.lazy_masks = self.device.type == "cuda" if lazy_masks is None else bool(lazy_masks)
+        if mask_builder is None:
+            mask_builder = "process" if self.device.type == "cuda" else "thread"
+        if mask_builder not in ("process", "thread"):
+            raise ValueError(f"mask_builder must be 'process' or 'thread', got {mask_builder!r}")
+        self.mask_builder = mask_builder
         # grammar id -> (compiled, Future[MaskEntries]), or (compiled, commits seen) while queued
         self._building: dict = {}
-        self._builder: Optional[_Builder] = None
+        self._builder = None  # ThreadBuilder or ProcessBuilder, made by the first build
         #: grammar id -> the exception that stopped its entries' build (its nodes stay
         #: without entries: exact masks, every token walked)
         self.mask_build_errors: dict = {}
@@ -201,12 +168,12 @@ class GrammarBatch:
         return gid
 
     def _build_masks(self, gid: int, compiled: CompiledGrammar) -> None:  # (tests replace it)
-        """Compute the missing mask entries of grammar ``gid`` on the builder thread (host
-        work only: no CUDA call, so it never meets a capture), giving up the interpreter lock
-        every 0.2 ms (``compile_budget.yielding``) so that the decode loop is not held up."""
+        """Compute the missing mask entries of grammar ``gid`` on the batch's builder (host
+        work only: no CUDA call, so it never meets a capture; ``gxg.entry_builder``)."""
         if self._builder is None:
-            self._builder = _Builder()
-        self._building[gid] = (compiled, self._builder.submit(_build_entries, compiled))
+            self._builder = (ProcessBuilder(self.arena.tokenizer_info)
+                             if self.mask_builder == "process" else ThreadBuilder())
+        self._building[gid] = (compiled, self._builder.submit(compiled))
 
     def _start_builds(self, now: bool = False) -> None:
         """Start the queued builds that have waited for one commit already (all, ``now``)."""
@@ -223,7 +190,7 @@ class GrammarBatch:
             self.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
     def commit_masks(self, wait: bool = False) -> int:
-        """Copy the mask entries that the builder thread has finished into the arena (on the
+        """Copy the mask entries that the builder has finished into the arena (on the
         current stream, so the steps queued before use the old entries and later ones the
         new) and start the builds that ``bind`` queued (at the second commit after the bind:
         the first is the first fill's, which then runs without the builder beside it); with

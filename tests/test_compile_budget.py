@@ -157,12 +157,12 @@ def test_inside_yielding_a_check_gives_up_the_interpreter_lock_once_per_period(m
 
 def test_a_mask_entry_build_in_the_background_yields(monkeypatch):
     """The builder thread's work (GrammarBatch's lazy registration) passes such checks."""
-    from gxg import batch as batch_module
+    from gxg import entry_builder
     from grammar_zoo import zoo_world
     info, compiled = zoo_world(["json"], seed=1)
     sleeps = []
     monkeypatch.setattr(compile_budget.time, "sleep", lambda seconds: sleeps.append(seconds))
     monkeypatch.setattr(compile_budget, "yielding",
                         lambda period=0.0002, _real=compile_budget.yielding: _real(0.0))
-    entries = batch_module._build_entries(compiled["json"])
+    entries = entry_builder._build_entries(compiled["json"])
     assert entries.complete and sleeps

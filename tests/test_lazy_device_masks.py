@@ -31,13 +31,13 @@ ZOO_NAMES = [name for name, _, _ in GRAMMAR_ZOO]
 
 def lazy_batch(info, device, slots, gate: threading.Event):
     """A batch that registers lazily and whose entry builds wait for ``gate``."""
-    import gxg.batch as batch_module
+    from gxg.arena import mask_entries
     batch = GrammarBatch(info, device=device, max_batch=slots, lazy_masks=True,
                          limits=RuntimeLimits(history=8))
 
     def build_after_gate(compiled):
         gate.wait()
-        return batch_module.mask_entries(compiled)
+        return mask_entries(compiled)
     batch._build_masks = lambda gid, compiled: batch._building.__setitem__(
         gid, (compiled, builder.submit(build_after_gate, compiled)))
     builder = ThreadPoolExecutor(max_workers=1)
@@ -210,13 +210,13 @@ def test_the_builder_is_a_daemon_thread_that_ends_with_its_batch():
 
 
 def test_a_failed_build_is_reported_and_the_masks_stay_exact(monkeypatch):
-    import gxg.batch as batch_module
+    from gxg import entry_builder
     info, compiled = zoo_world(["json", "arithmetic"], seed=7)
     grammars = [compiled["json"], compiled["arithmetic"]]
 
     def refuse(compiled_grammar):
         raise RuntimeError("no entries today")
-    monkeypatch.setattr(batch_module, "mask_entries", refuse)
+    monkeypatch.setattr(entry_builder, "mask_entries", refuse)
     eager = GrammarBatch(info, device="cpu", max_batch=2, lazy_masks=False)
     lazy = GrammarBatch(info, device="cpu", max_batch=2, lazy_masks=True)
     for batch, bound in ((eager, grammars), (lazy, zoo_grammars(info, ["json", "arithmetic"]))):
@@ -229,6 +229,41 @@ def test_a_failed_build_is_reported_and_the_masks_stay_exact(monkeypatch):
     eager.fill_next_token_bitmask(rows[0])
     lazy.fill_next_token_bitmask(rows[1])
     assert torch.equal(*rows)
+
+
+def test_the_process_builder_gives_the_thread_builders_entries():
+    """mask_builder="process" (the CUDA default): the entries come from a spawned worker
+    that gets the automaton alone; they fill the arena exactly as the thread's do, and the
+    masks equal an eager batch's."""
+    info, _ = zoo_world(ZOO_NAMES, seed=11)
+    rows = []
+    for builder in ("process", "thread"):
+        batch = GrammarBatch(info, device="cpu", max_batch=len(ZOO_NAMES), lazy_masks=True,
+                             mask_builder=builder)
+        for slot, grammar in enumerate(zoo_grammars(info, ZOO_NAMES)):
+            batch.bind(slot, grammar)
+        assert any(batch.arena.unbuilt_nodes(g) for g in batch.arena.registered_ids)
+        assert batch.commit_masks(wait=True) > 0 and not batch.mask_build_errors
+        assert not any(batch.arena.unbuilt_nodes(g) for g in batch.arena.registered_ids)
+        rows.append({name: getattr(batch.arena, name).clone()
+                     for name in ("accept_rows", "uncertain_tokens", "node_row", "node_unc_lo",
+                                  "node_unc_hi", "pair_unc_tokens", "pair_acc_tokens")})
+    for name in rows[0]:
+        assert torch.equal(rows[0][name], rows[1][name]), name
+    eager = GrammarBatch(info, device="cpu", max_batch=len(ZOO_NAMES), lazy_masks=False)
+    for slot, grammar in enumerate(zoo_grammars(info, ZOO_NAMES)):
+        eager.bind(slot, grammar)
+    masks = [torch.zeros((len(ZOO_NAMES), (info.vocab_size + 31) // 32), dtype=torch.int32)
+             for _ in "ab"]
+    eager.fill_next_token_bitmask(masks[0])
+    batch.fill_next_token_bitmask(masks[1])
+    assert torch.equal(*masks)
+
+
+def test_an_unknown_mask_builder_is_refused():
+    info, _ = zoo_world(["json"], seed=1)
+    with pytest.raises(ValueError, match="mask_builder"):
+        GrammarBatch(info, device="cpu", max_batch=1, mask_builder="fork")
 
 
 def test_a_lazy_cpu_batch_with_a_real_vocabulary():
