@@ -13,7 +13,8 @@ in a serving engine, which must have a request's grammar on the device before it
 Configurations, same run, same model: ``off`` (no grammar: forward + sampling in one graph),
 ``gxg_steady`` (every slot on the same grammars, no joins), ``gxg_joining_lazy`` (compile and
 a lazy bind in the step: the arena takes the automaton without the mask entries, the fills walk
-every token from the nodes without one, a host thread builds the entries and
+every token from the nodes without one, the batch's builder (a worker process on CUDA,
+``gxg.entry_builder``) builds the entries and
 ``GrammarBatch.commit_masks`` copies them in before the first step after they are done),
 ``gxg_joining`` (compile and bind with every entry in the step) and ``gxg_joining_background`` (the same arrivals prepared on a host thread:
 compile, then ``GrammarBatch.register_in_background``; the slot switches at the first step
