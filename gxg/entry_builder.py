@@ -14,7 +14,8 @@ Two kinds, one submit:
   context), shared by every batch of the process (a cache that says so). The parent sends the
   automaton (~0.3 ms to pickle for a BFCL schema; the tokenizer once, when the worker starts)
   and unpickles the entries (~0.3 ms); the walk itself holds no lock of the decode loop's.
-  The worker's first start imports gxg (seconds); builds wait for it.
+  The worker's first start imports gxg (seconds); builds wait for it. At exit the worker is
+  terminated: a process done decoding does not wait for a build.
 """
 from __future__ import annotations
 
@@ -94,7 +95,25 @@ def _worker_pool(tokenizer_info: TokenizerInfo) -> ProcessPoolExecutor:
             pool = _POOLS[tokenizer_info] = ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start_worker, initargs=(tokenizer_info,))
+            _stop_at_exit(pool)
     return pool
+
+
+def _stop_at_exit(pool: ProcessPoolExecutor) -> None:
+    """A process that is done decoding does not wait at exit for a build nobody will use: the
+    worker is terminated before ``concurrent.futures`` joins it (its exit hook, registered
+    earlier, runs later: ``threading`` runs these hooks last registered first)."""
+    reference = weakref.ref(pool)
+
+    def stop() -> None:
+        pool = reference()
+        if pool is None:
+            return
+        workers = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+    threading._register_atexit(stop)  # what concurrent.futures uses for its own hook
 
 
 _WORKER: dict = {}  # in the worker process: its tokenizer and token trie

@@ -260,6 +260,43 @@ def test_the_process_builder_gives_the_thread_builders_entries():
     assert torch.equal(*masks)
 
 
+EXIT_SCRIPT = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from grammar_zoo import zoo_world
+from gxg import entry_builder
+
+def slow(marker):
+    Path(marker).write_text("started")
+    time.sleep(120)
+
+if __name__ == "__main__":
+    info, _ = zoo_world(["json"], seed=1)
+    entry_builder._worker_pool(info).submit(slow, {marker!r})
+    while not Path({marker!r}).exists():
+        time.sleep(0.05)
+"""
+
+
+def test_exit_does_not_wait_for_a_build_in_the_worker(tmp_path):
+    """A process done decoding exits while its worker is still building (the worker is
+    terminated; without that, concurrent.futures joins it: two minutes here)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    script = tmp_path / "exits.py"
+    marker = tmp_path / "started"
+    script.write_text(EXIT_SCRIPT.format(tests=str(Path(__file__).parent), marker=str(marker)))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(script)], timeout=100, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    assert marker.exists()  # the build had started in the worker
+    assert time.perf_counter() - start < 60
+
+
 def test_an_unknown_mask_builder_is_refused():
     info, _ = zoo_world(["json"], seed=1)
     with pytest.raises(ValueError, match="mask_builder"):
