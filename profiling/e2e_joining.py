@@ -20,7 +20,10 @@ every token from the nodes without one, the batch's builder (a worker process on
 compile, then ``GrammarBatch.register_in_background``; the slot switches at the first step
 after both are done, when ``bind`` only resets it; reported: the steps a request waited) and
 ``gxg_joining_lazy_background`` (compile on the thread, then a lazy bind in the first step
-after it: a request waits only for its compile). Each step is
+after it: a request waits only for its compile) and ``gxg_joining_process`` (compile in a
+worker process, which sends ``CompiledGrammar.serialize()``; the step after it is done
+deserializes it and binds lazily: what the decode loop's interpreter keeps is the deserialize
+and the bind). Each step is
 timed on the host with a synchronisation at its end (so the per-step times include the joins);
 reported: mean, p50, p99 per step; the grammar's overhead over ``off`` in % of the mean and the
 p99; and the join work alone (compile and bind, ms per join).
@@ -37,9 +40,10 @@ the mean, <= 5 % at p99) until entries are built lazily on the device.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List
 
@@ -55,7 +59,21 @@ from e2e_decode import (QWEN_MODEL_VOCAB, DecodeState, Llama, Step,  # noqa: E40
 from gxg import vocabularies  # noqa: E402
 from gxg.arena import ArenaCapacity  # noqa: E402
 from gxg.batch import GrammarBatch  # noqa: E402
-from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
+from gxg.grammar_compiler import CompiledGrammar, GrammarCompiler  # noqa: E402
+
+_WORKER_COMPILER: dict = {}  # in a compile worker process: its compiler
+
+
+def _start_compile_worker(info) -> None:
+    _WORKER_COMPILER["compiler"] = GrammarCompiler(info, cache_enabled=False)
+
+
+def _compile_serialized(path: str):
+    """In the worker: compile the schema and serialize it; (bytes, compile + serialize ms)."""
+    t0 = time.perf_counter()
+    compiled = _WORKER_COMPILER["compiler"].compile_json_schema(load_schema(Path(path)),
+                                                                strict_mode=False)
+    return compiled.serialize(), 1e3 * (time.perf_counter() - t0)
 
 
 def timed_steps(step, st: DecodeState, steps: int, before_step=None) -> List[float]:
@@ -185,6 +203,44 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
         rows.append({"config": name, **summary(timed_steps(step, st, args.steps, join)),
                      "joins": joins})
     worker.shutdown(wait=True)
+
+    # compiled in a worker process: the step that finds one ready deserializes it and binds
+    # lazily (the pool is started and warmed before the timed steps)
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_start_compile_worker, initargs=(info,))
+    warm, _ = pool.submit(_compile_serialized, str(files[0])).result()
+    CompiledGrammar.deserialize(warm, info)  # (the tokenizer's parts, once per process)
+    processed: List[Dict[str, float]] = []
+    pending: List[tuple] = []
+    queue = iter(files[b:] + files[:b])
+
+    def join_from_process(i: int) -> None:
+        batch.commit_masks()
+        for entry in [p for p in pending if p[2].done()]:
+            slot, arrived, future = entry
+            data, compile_ms = future.result()
+            t0 = time.perf_counter()
+            compiled = CompiledGrammar.deserialize(data, info)
+            t1 = time.perf_counter()
+            batch.lazy_masks = True
+            old, gids[slot] = gids[slot], batch.bind(slot, compiled)
+            if old not in gids:
+                batch.arena.unregister(old)
+            processed.append({"compile_ms": compile_ms, "deserialize_ms": 1e3 * (t1 - t0),
+                              "bind_ms": 1e3 * (time.perf_counter() - t1),
+                              "waited_steps": i - arrived})
+            pending.remove(entry)
+        if i % args.join_every == 0:
+            path = next(queue, None)
+            if path is not None:
+                pending.append(((i // args.join_every) % b, i,
+                                pool.submit(_compile_serialized, str(path))))
+
+    batch.commit_masks(wait=True)
+    rows.append({"config": "gxg_joining_process",
+                 **summary(timed_steps(step, st, args.steps, join_from_process)),
+                 "joins": processed})
+    pool.shutdown(wait=True)
     base = rows[0]
     for row in rows[1:]:
         row["overhead_mean_pct"] = 100 * (row["mean_ms"] / base["mean_ms"] - 1)
@@ -233,7 +289,8 @@ def main(argv=None) -> Dict[str, object]:
         if joins:
             parts = [f"{key} p50 {percentile([j[key] for j in joins], 50):.1f} p99 "
                      f"{percentile([j[key] for j in joins], 99):.1f}"
-                     for key in ("compile_ms", "bind_ms", "register_ms", "waited_steps")
+                     for key in ("compile_ms", "deserialize_ms", "bind_ms", "register_ms",
+                                 "waited_steps")
                      if key in joins[0]]
             print(f"B={r['batch']} {r['config']}: {len(joins)} joins; " + "; ".join(parts))
     payload = {"device": name, "versions": versions(),
