@@ -11,8 +11,8 @@ A new grammar's mask entries are the slow part of taking it in (~0.5 ms per auto
 with a 150k-token vocabulary). On CUDA ``bind`` registers it lazily by default
 (``lazy_masks``): the arena gets the automaton and the entries the grammar's cache already has,
 the fills walk every token from the other nodes on the device (exact; ~tens of µs per such top
-at B = 1), a builder (``mask_builder``: a worker process on CUDA, a thread on the CPU;
-``gxg.entry_builder``) computes the missing entries, and ``commit_masks`` (called by ``bind``,
+at B = 1), a builder (``mask_builder``: a thread, or a worker process that keeps the build
+off the decode loop's interpreter; ``gxg.entry_builder``) computes the missing entries, and ``commit_masks`` (called by ``bind``,
 ``unbind`` and eager fills, or by the caller between graph replays) copies them in between
 steps. ``register_in_background`` instead registers a grammar with all its entries on a host
 thread while the batch steps.
@@ -69,11 +69,12 @@ class GrammarBatch:
         # ``bind`` registers without the mask entries the grammar's cache lacks (default on
         # CUDA): the first mask needs no vocabulary walk on the host; a builder computes the
         # entries and ``commit_masks`` copies them in between steps. ``mask_builder``:
-        # "process" (default on CUDA: a worker process, off the decode loop's interpreter) or
-        # "thread" (default on the CPU), ``gxg.entry_builder``.
+        # "thread" (the default) or "process" (a spawned worker, off the decode loop's
+        # interpreter; spawning re-imports the caller's main module, which must then guard
+        # its work with ``if __name__ == "__main__":``), ``gxg.entry_builder``.
         self.lazy_masks = self.device.type == "cuda" if lazy_masks is None else bool(lazy_masks)
         if mask_builder is None:
-            mask_builder = "process" if self.device.type == "cuda" else "thread"
+            mask_builder = "thread"
         if mask_builder not in ("process", "thread"):
             raise ValueError(f"mask_builder must be 'process' or 'thread', got {mask_builder!r}")
         self.mask_builder = mask_builder

@@ -15,7 +15,10 @@ Two kinds, one submit:
   automaton (~0.3 ms to pickle for a BFCL schema; the tokenizer once, when the worker starts)
   and unpickles the entries (~0.3 ms); the walk itself holds no lock of the decode loop's.
   The worker's first start imports gxg (seconds); builds wait for it. At exit the worker is
-  terminated: a process done decoding does not wait for a build.
+  terminated: a process done decoding does not wait for a build. Opt-in
+  (``GrammarBatch(mask_builder="process")``): spawning re-imports the caller's main module in
+  the worker, so a script must keep its work under ``if __name__ == "__main__":`` (the usual
+  rule of Python's spawn start method), which a library cannot assume of every caller.
 """
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ in a serving engine, which must have a request's grammar on the device before it
 Configurations, same run, same model: ``off`` (no grammar: forward + sampling in one graph),
 ``gxg_steady`` (every slot on the same grammars, no joins), ``gxg_joining_lazy`` (compile and
 a lazy bind in the step: the arena takes the automaton without the mask entries, the fills walk
-every token from the nodes without one, the batch's builder (a worker process on CUDA,
-``gxg.entry_builder``) builds the entries and
+every token from the nodes without one, the batch's builder (``--mask-builder``: a worker
+process by default here, ``gxg.entry_builder``) builds the entries and
 ``GrammarBatch.commit_masks`` copies them in before the first step after they are done),
 ``gxg_joining`` (compile and bind with every entry in the step) and ``gxg_joining_background`` (the same arrivals prepared on a host thread:
 compile, then ``GrammarBatch.register_in_background``; the slot switches at the first step
@@ -112,7 +112,7 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
     files = maskbench_files(Path(args.maskbench), args.schemas)
     compiler = GrammarCompiler(info, cache_enabled=False)
     first = [compiler.compile_json_schema(load_schema(f), strict_mode=False) for f in files[:b]]
-    batch = GrammarBatch(info, device=device, max_batch=b,
+    batch = GrammarBatch(info, device=device, max_batch=b, mask_builder=args.mask_builder,
                          capacity=ArenaCapacity(max_grammars=2 * b + 2, nodes=1 << 18,
                                                 next_entries=1 << 23, accept_rows=8192,
                                                 uncertain_tokens=1 << 22, pairs=1 << 18,
@@ -262,6 +262,8 @@ def main(argv=None) -> Dict[str, object]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--mask-builder", choices=["process", "thread"], default="process",
+                        help="GrammarBatch(mask_builder=...): where the lazy entries are built")
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="sys.setswitchinterval for the run (seconds; Python's default "
                              "is 0.005): how long the decode loop may wait for the "
