@@ -21,7 +21,7 @@ import weakref
 from concurrent.futures import Future
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import numpy as np
 
@@ -49,7 +49,10 @@ class DeserializeFormatError(RuntimeError):
 
 @dataclass(eq=False)
 class CompiledGrammar:
-    grammar: Grammar
+    # the grammar IR, or after ``deserialize`` its printed text and root rule, parsed on the
+    # first read of ``grammar`` (parsing was most of a deserialize: the runtime needs only
+    # the automaton and the mask cache)
+    _grammar: Union[Grammar, Tuple[str, str], None]
     tokenizer_info: TokenizerInfo
     automaton: Automaton
     mask_cache: MaskCache
@@ -57,6 +60,14 @@ class CompiledGrammar:
     _context_pairs: Optional[ContextPairs] = field(default=None, repr=False)
     _completion: Optional[CompletionDistances] = field(default=None, repr=False)
     _node_masks: Optional[NodeMasks] = field(default=None, repr=False)
+
+    @property
+    def grammar(self) -> Grammar:
+        """The grammar IR it was compiled from."""
+        if isinstance(self._grammar, tuple):
+            text, root = self._grammar
+            self._grammar = Grammar.from_ebnf(text, root_rule_name=root)
+        return self._grammar
 
     @property
     def node_masks(self) -> NodeMasks:
@@ -132,10 +143,12 @@ class CompiledGrammar:
             arrays[f"cache.{part}.offsets"] = np.cumsum([0] + [len(v) for v in values])
             arrays[f"cache.{part}"] = (np.concatenate(values) if values else
                                        np.zeros(0, np.uint32 if part == "bitset" else np.int32))
+        text, root = (self._grammar if isinstance(self._grammar, tuple)
+                      else (str(self._grammar), self._grammar.root_rule_name))
         header = {
             "version": SERIALIZATION_VERSION,
-            "grammar": str(self.grammar),
-            "root_rule_name": self.grammar.root_rule_name,
+            "grammar": text,
+            "root_rule_name": root,
             "rule_names": list(self.automaton.rule_names),
             "root_rule": self.automaton.root_rule,
             "num_sorted": self.mask_cache.num_sorted,
@@ -161,7 +174,7 @@ class CompiledGrammar:
             raise DeserializeFormatError(
                 "the compiled grammar was built for a different tokenizer "
                 f"({header['tokenizer']} vs {_tokenizer_fingerprint(tokenizer_info)})")
-        grammar = Grammar.from_ebnf(header["grammar"], root_rule_name=header["root_rule_name"])
+        grammar = (header["grammar"], header["root_rule_name"])  # parsed on first use
         fields = {name[len("automaton."):]: archive[name] for name in archive.files
                   if name.startswith("automaton.")}
         automaton = Automaton(rule_names=tuple(header["rule_names"]),

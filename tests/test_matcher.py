@@ -242,8 +242,11 @@ def test_rollback_beyond_history_is_an_error(abc):
 
 def test_serialize_round_trip(abc):
     info, compiled = abc
-    again = CompiledGrammar.deserialize(compiled.serialize(), info)
+    data = compiled.serialize()
+    again = CompiledGrammar.deserialize(data, info)
+    assert again.serialize() == data  # before its grammar is parsed (on first read)
     assert again.grammar == compiled.grammar
+    assert again.serialize() == data
     m1, m2 = GrammarMatcher(compiled), GrammarMatcher(again)
     for token in (0, 1, 2):
         assert m1.accept_token(token) == m2.accept_token(token)
