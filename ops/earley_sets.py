@@ -347,39 +347,42 @@ class EarleyParse:
         todo = allowed[~t.is_stop[allowed]]
         if not len(todo):
             return True
-        fits = set()
+        fits = np.zeros(len(todo), dtype=bool)  # per entry of todo
         if spare >= 0:
-            walked = todo[sorted_index[todo] >= 0]
-            token_of = dict(zip(sorted_index[walked].tolist(), walked.tolist()))
-            for index, end in self._walk_tokens(np.sort(sorted_index[walked])):
+            walked = np.flatnonzero(sorted_index[todo] >= 0)
+            walked = walked[np.argsort(sorted_index[todo[walked]])]  # sorted-vocabulary order
+            for position, (_, end) in zip(walked.tolist(),
+                                          self._walk_tokens(sorted_index[todo[walked]])):
                 if end.alive and self.distance() <= spare:  # the chart ends with ``end``
-                    fits.add(token_of[index])
+                    fits[position] = True
             fits |= self._token_moves_fitting(todo, spare)
-        refused = np.array([token for token in todo.tolist() if token not in fits],
-                           dtype=np.int64)
         kept = row.copy()
-        _clear_bits(kept, refused)
+        _clear_bits(kept, todo[~fits])
         if not kept.any():
             return False
         row[:] = kept
         return True
 
-    def _token_moves_fitting(self, token_ids: np.ndarray, spare: int) -> set:
-        """Token ids whose token move (from a token-node top whose set holds it) leaves the
-        root within ``spare`` of its end."""
+    def _token_moves_fitting(self, token_ids: np.ndarray, spare: int) -> np.ndarray:
+        """bool per token id: its token move (from a token-node top whose set holds it)
+        leaves the root within ``spare`` of its end. A closure of several seeds is the union
+        of their closures (completions read only earlier sets), so each token-node top's move
+        is closed once and its set's tokens fit when that one does."""
+        fits = np.zeros(len(token_ids), dtype=bool)
         if not self.t.has_token_nodes:
-            return set()
-        fits = set()
-        for token in token_ids.tolist():
-            moves = self._token_moves(token)
-            if not moves:
+            return fits
+        token_next = self._lists.token_next
+        for node, origin in self.current.tops:
+            target = token_next[node]
+            if target < 0:
                 continue
-            self.chart.append(self._close(moves))
+            self.chart.append(self._close([(target, origin)]))
             try:
-                if self.chart[-1].alive and self.distance() <= spare:
-                    fits.add(token)
+                fit = self.chart[-1].alive and self.distance() <= spare
             finally:
                 self.chart.pop()
+            if fit:
+                fits |= _bits(self.t.layout.rows([node])[0], token_ids)
         return fits
 
     def next_bytes(self) -> List[int]:
