@@ -158,48 +158,55 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
     rows.append({"config": "gxg_joining",
                  **summary(timed_steps(step, st, args.steps, join)), "joins": joins})
 
+    def prepared_joins(lazy: bool, submit, finish):
+        """``before_step`` for arrivals prepared off the step: ``submit(path)`` starts one (a
+        Future); at the first step after it is done, ``finish(result)`` -> (compiled, its
+        record) runs in the step, then the bind (lazily with ``lazy``) and the old grammar's
+        retirement."""
+        records: List[Dict[str, float]] = []
+        pending: List[tuple] = []
+        queue = iter(files[b:] + files[:b])
+
+        def join_prepared(i: int) -> None:
+            if lazy:
+                batch.commit_masks()
+            for entry in [p for p in pending if p[2].done()]:  # ready: bind, retire the old
+                slot, arrived, future = entry
+                compiled, record = finish(future.result())
+                batch.lazy_masks = lazy
+                t0 = time.perf_counter()
+                old, gids[slot] = gids[slot], batch.bind(slot, compiled)
+                if old not in gids:
+                    batch.arena.unregister(old)
+                records.append({**record, "bind_ms": 1e3 * (time.perf_counter() - t0),
+                                "waited_steps": i - arrived})
+                pending.remove(entry)
+            if i % args.join_every == 0:
+                path = next(queue, None)
+                if path is not None:
+                    pending.append(((i // args.join_every) % b, i, submit(path)))
+        return join_prepared, records
+
     # the same arrivals, prepared on a host thread: compile, then (``lazy=False``)
     # register_in_background; the slot switches at the first step after that is done, when
     # bind only resets it (``lazy=True``: bind registers lazily in that step)
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="join")
 
-    def background_joins(lazy: bool):
-        background: List[Dict[str, float]] = []
-        pending: List[tuple] = []
-        queue = iter(files[b:] + files[:b])
-
+    def on_thread(lazy: bool):
         def prepare(path: Path):
             t0 = time.perf_counter()
             compiled = compiler.compile_json_schema(load_schema(path), strict_mode=False)
             t1 = time.perf_counter()
             if not lazy:
                 batch.register_in_background(compiled).result()
-            return compiled, 1e3 * (t1 - t0), 1e3 * (time.perf_counter() - t1)
-
-        def join_in_background(i: int) -> None:
-            if lazy:
-                batch.commit_masks()
-            for entry in [p for p in pending if p[2].done()]:  # ready: bind, retire the old
-                slot, arrived, future = entry
-                compiled, compile_ms, register_ms = future.result()
-                batch.lazy_masks = lazy
-                t0 = time.perf_counter()
-                old, gids[slot] = gids[slot], batch.bind(slot, compiled)
-                if old not in gids:
-                    batch.arena.unregister(old)
-                background.append({"compile_ms": compile_ms, "register_ms": register_ms,
-                                   "bind_ms": 1e3 * (time.perf_counter() - t0),
-                                   "waited_steps": i - arrived})
-                pending.remove(entry)
-            if i % args.join_every == 0:
-                path = next(queue, None)
-                if path is not None:
-                    pending.append(((i // args.join_every) % b, i, worker.submit(prepare, path)))
-        return join_in_background, background
+            return compiled, {"compile_ms": 1e3 * (t1 - t0),
+                              "register_ms": 1e3 * (time.perf_counter() - t1)}
+        return prepared_joins(lazy, lambda path: worker.submit(prepare, path),
+                              lambda result: result)
 
     for lazy, name in ((False, "gxg_joining_background"), (True, "gxg_joining_lazy_background")):
         batch.commit_masks(wait=True)
-        join, joins = background_joins(lazy)
+        join, joins = on_thread(lazy)
         rows.append({"config": name, **summary(timed_steps(step, st, args.steps, join)),
                      "joins": joins})
     worker.shutdown(wait=True)
@@ -210,36 +217,19 @@ def run(b: int, model, info, args, device) -> List[Dict[str, object]]:
                                initializer=_start_compile_worker, initargs=(info,))
     warm, _ = pool.submit(_compile_serialized, str(files[0])).result()
     CompiledGrammar.deserialize(warm, info)  # (the tokenizer's parts, once per process)
-    processed: List[Dict[str, float]] = []
-    pending: List[tuple] = []
-    queue = iter(files[b:] + files[:b])
 
-    def join_from_process(i: int) -> None:
-        batch.commit_masks()
-        for entry in [p for p in pending if p[2].done()]:
-            slot, arrived, future = entry
-            data, compile_ms = future.result()
-            t0 = time.perf_counter()
-            compiled = CompiledGrammar.deserialize(data, info)
-            t1 = time.perf_counter()
-            batch.lazy_masks = True
-            old, gids[slot] = gids[slot], batch.bind(slot, compiled)
-            if old not in gids:
-                batch.arena.unregister(old)
-            processed.append({"compile_ms": compile_ms, "deserialize_ms": 1e3 * (t1 - t0),
-                              "bind_ms": 1e3 * (time.perf_counter() - t1),
-                              "waited_steps": i - arrived})
-            pending.remove(entry)
-        if i % args.join_every == 0:
-            path = next(queue, None)
-            if path is not None:
-                pending.append(((i // args.join_every) % b, i,
-                                pool.submit(_compile_serialized, str(path))))
+    def deserialized(result):
+        data, compile_ms = result
+        t0 = time.perf_counter()
+        compiled = CompiledGrammar.deserialize(data, info)
+        return compiled, {"compile_ms": compile_ms,
+                          "deserialize_ms": 1e3 * (time.perf_counter() - t0)}
 
     batch.commit_masks(wait=True)
+    join, joins = prepared_joins(True, lambda path: pool.submit(_compile_serialized, str(path)),
+                                 deserialized)
     rows.append({"config": "gxg_joining_process",
-                 **summary(timed_steps(step, st, args.steps, join_from_process)),
-                 "joins": processed})
+                 **summary(timed_steps(step, st, args.steps, join)), "joins": joins})
     pool.shutdown(wait=True)
     base = rows[0]
     for row in rows[1:]:
