@@ -30,6 +30,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 
 from gxg import compile_budget
 from gxg.arena import MaskEntries, mask_entries
+from gxg.compiler.mask_cache import build_mask_cache
 from gxg.grammar_compiler import CompiledGrammar, token_trie
 from gxg.tokenizer import TokenizerInfo
 
@@ -131,7 +132,6 @@ def _entries_in_worker(automaton) -> MaskEntries:
     """Every mask entry of ``automaton`` over the worker's tokenizer (what ``mask_entries``
     computes in the parent, from the automaton alone: the entries are a function of it and
     the vocabulary)."""
-    from gxg.compiler.mask_cache import build_mask_cache
     info = _WORKER["info"]
     cache = build_mask_cache(automaton, _WORKER["trie"], lazy=True,
                              sorted_token_ids=info.sorted_token_ids)
