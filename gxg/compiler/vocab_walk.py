@@ -10,13 +10,21 @@ Out: * ``VocabularyWalk``: configurations interned as small integers, with their
      * ``TokenTrie`` + ``walk_trie``: the same walk over the distinct token prefixes, so a
        prefix shared by many tokens is walked once and a rejected prefix skips its subtree
        (the mask cache walks the whole vocabulary from every node this way).
+     * Run skipping: a state that a byte leads back to itself (inside a string, a run of
+       spaces, digits) skips, per token, to the first byte outside its loop set in one
+       lookup (``RunBreaks``), so such a walk costs a few passes instead of one per byte level
+       (Qwen's trie is 128 levels deep, and a ``[ ]*`` rule keeps its all-spaces prefixes alive
+       to the bottom).
 
-The transition table is a cache owned by the ``VocabularyWalk`` (one per automaton and walker
-mode); it only grows.
+The transition table and the loop sets of states are caches owned by the ``VocabularyWalk``
+(one per automaton and walker mode); they only grow. ``RunBreaks`` keeps, per vocabulary, the
+break tables of the few loop sets met most recently (a bounded cache that says so).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+import threading
+from collections import OrderedDict
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -26,6 +34,24 @@ from gxg.compiler.stack_walk import EMPTY_CONFIG, Config, StackWalker
 DEAD = 0
 UNKNOWN = -1
 MAX_STATES = 1 << 23  # keys state * 256 + byte fit in int32
+NO_LOOP = -1           # skip_ids: a state no byte leads back to (or not known to loop yet)
+WHOLE_BROKEN_SHARE = 0.25  # a looping start walks the whole vocabulary by runs below this
+SAMPLE_TOKENS = 2048   # tokens of the fixed sample that estimates a loop set's broken share
+
+# Well-formed UTF-8 sequences as byte ranges (RFC 3629, table 3-7): no overlongs, no
+# surrogates, nothing above U+10FFFF.
+_CONTINUATION = range(0x80, 0xC0)
+UTF8_SEQUENCES = (
+    (range(0xC2, 0xE0), _CONTINUATION),
+    ((0xE0,), range(0xA0, 0xC0), _CONTINUATION),
+    (range(0xE1, 0xED), _CONTINUATION, _CONTINUATION),
+    ((0xED,), range(0x80, 0xA0), _CONTINUATION),
+    ((0xEE, 0xEF), _CONTINUATION, _CONTINUATION),
+    ((0xF0,), range(0x90, 0xC0), _CONTINUATION, _CONTINUATION),
+    (range(0xF1, 0xF4), _CONTINUATION, _CONTINUATION, _CONTINUATION),
+    ((0xF4,), range(0x80, 0x90), _CONTINUATION, _CONTINUATION),
+)
+LoopKey = Tuple[bytes, bool]  # (the 256-bit loop byte set, every UTF-8 character loops too)
 
 
 class VocabularyWalk:
@@ -46,6 +72,12 @@ class VocabularyWalk:
         self._ids: Dict[Config, int] = {EMPTY_CONFIG: DEAD}
         self._transition = np.full(64 * 256, UNKNOWN, dtype=np.int32)  # [state * 256 + byte]
         self._transition[DEAD * 256: DEAD * 256 + 256] = DEAD
+        # Loop sets, per state: an index into loop_keys, NO_LOOP until the state is seen to
+        # loop (``note_loops``; a state that never does is not asked for its whole row).
+        self.skip_ids = np.full(64, NO_LOOP, dtype=np.int32)
+        self._loop_checked = np.zeros(64, dtype=bool)
+        self.loop_keys: List[LoopKey] = []
+        self._loop_key_ids: Dict[LoopKey, int] = {}
 
     # ------------------------------------------------------------------ interning
     def intern(self, config: Config) -> int:
@@ -60,6 +92,10 @@ class VocabularyWalk:
                 grown = np.full(2 * self._transition.shape[0], UNKNOWN, dtype=np.int32)
                 grown[: self._transition.shape[0]] = self._transition
                 self._transition = grown
+                self.skip_ids = np.concatenate(
+                    [self.skip_ids, np.full(len(self.skip_ids), NO_LOOP, np.int32)])
+                self._loop_checked = np.concatenate(
+                    [self._loop_checked, np.zeros(len(self._loop_checked), bool)])
             self._mark_dead_bytes(state, config)
         return state
 
@@ -99,6 +135,47 @@ class VocabularyWalk:
             result = self._transition[keys]
         return result
 
+    # ------------------------------------------------------------------ loops
+    def note_loops(self, states: np.ndarray) -> None:
+        """Find the loop set of each of ``states`` not asked before: the bytes that lead it
+        back to itself (its row of the table, one lookup for all the states), and whether
+        every well-formed UTF-8 character does too, so that walks can skip runs of them
+        (``RunBreaks``). Called for states seen to loop on some byte, and for the starts of a
+        walk (whose rows the walk's first level reads anyway)."""
+        fresh = np.unique(states[~self._loop_checked[states]])
+        fresh = fresh[fresh != DEAD].astype(np.int32)
+        if not len(fresh):
+            return
+        self._loop_checked[fresh] = True
+        rows = self.lookup(((fresh[:, None] << 8) | np.arange(256, dtype=np.int32)).ravel())
+        loops = rows.reshape(len(fresh), 256) == fresh[:, None]
+        for state, row in zip(fresh.tolist(), loops):
+            if not row.any():
+                continue
+            key = (np.packbits(row).tobytes(), self._characters_loop(state))
+            index = self._loop_key_ids.get(key)
+            if index is None:
+                index = self._loop_key_ids[key] = len(self.loop_keys)
+                self.loop_keys.append(key)
+            self.skip_ids[state] = index
+
+    def _characters_loop(self, state: int) -> bool:
+        """Does every well-formed multi-byte UTF-8 character lead ``state`` back to itself?
+        (The sequences advance together: one lookup per byte position, not per sequence.)"""
+        reached = [np.array([state], dtype=np.int32) for _ in UTF8_SEQUENCES]
+        for k in range(4):
+            going = [i for i, sequence in enumerate(UTF8_SEQUENCES) if len(sequence) > k]
+            parts = [((reached[i][:, None] << 8)
+                      | np.array(UTF8_SEQUENCES[i][k], dtype=np.int32)[None, :]).ravel()
+                     for i in going]
+            targets = self.lookup(np.concatenate(parts))
+            if (targets == DEAD).any():
+                return False
+            bounds = np.cumsum([0] + [len(part) for part in parts])
+            for j, i in enumerate(going):
+                reached[i] = np.unique(targets[bounds[j]: bounds[j + 1]])
+        return all(len(r) == 1 and r[0] == state for r in reached)
+
     # ------------------------------------------------------------------ the walk
     def walk_pairs(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Final state of each (state, sorted-token index) pair after all the token's bytes."""
@@ -135,6 +212,9 @@ class TokenTrie:
     level_token_end[d]    int64  sorted index of the token equal to the prefix, -1 if none
     duplicate_of          int64  [N] for tokens whose bytes repeat the previous token's, the
                                  earlier sorted index, else -1
+    level_creator[d]      int64  the first sorted token below each prefix of length d (the
+                                 tokens below a prefix are a contiguous range: ``subtree``)
+    runs                  RunBreaks of this vocabulary
     """
 
     def __init__(self, token_bytes: np.ndarray, token_offsets: np.ndarray,
@@ -145,8 +225,16 @@ class TokenTrie:
         n = len(lengths)
         self.num_tokens = n
         self.token_lengths = lengths                   # int64 [N] bytes of each sorted token
+        self.token_offsets = offsets
+        self.token_ends = offsets[1:]
+        self.common_prefix_len = cpl
         duplicate = cpl >= lengths
         self.duplicate_of = np.where(duplicate, np.arange(n) - 1, -1)
+        self.has_duplicates = bool(duplicate.any())
+        walkable = np.flatnonzero((lengths > 0) & ~duplicate)
+        self.token_sample = walkable[np.linspace(0, len(walkable) - 1,
+                                                 min(SAMPLE_TOKENS, len(walkable))
+                                                 ).astype(np.intp)] if len(walkable) else walkable
         # Token i creates the prefixes of lengths cpl_i + 1 .. len_i (the others it shares
         # with token i-1). Each created prefix is (creator token, depth).
         counts = np.where(duplicate, 0, lengths - cpl)
@@ -179,6 +267,9 @@ class TokenTrie:
             self.level_child_lo.append(np.searchsorted(nxt, this, side="left"))
             self.level_child_hi.append(np.searchsorted(nxt, following, side="left"))
         self.max_depth = max_depth
+        self.level_creator = creators
+        self._subtree_end: Dict[int, np.ndarray] = {}  # per level, computed on first use
+        self.runs = RunBreaks(data, offsets)
         # Dense walks read every node of a level: its parent (a position in the level above)
         # and the positions that end a token.
         self.level_parent = [np.zeros(0, np.int64)]
@@ -188,14 +279,183 @@ class TokenTrie:
             self.level_parent.append(np.repeat(np.arange(len(lo)), hi - lo))
             self.level_end_positions.append(np.flatnonzero(self.level_token_end[d] >= 0))
 
+    def subtree(self, depth: int, positions: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """The sorted tokens below prefixes of length ``depth`` (positions in that level),
+        longer than the prefix: ranges [lo, hi). (The token equal to a prefix, if any, is its
+        creator: the walk meets it at the prefix itself.)"""
+        creator = self.level_creator[depth][positions]
+        end = self._subtree_end.get(depth)
+        if end is None:
+            # A token leaves the subtree of its predecessor's prefix of length depth when it
+            # shares fewer than depth bytes with its predecessor.
+            leaving = np.append(np.flatnonzero(self.common_prefix_len < depth), self.num_tokens)
+            this_level = self.level_creator[depth]
+            end = leaving[np.searchsorted(leaving, this_level, side="right")]
+            self._subtree_end[depth] = end  # same array from any thread: no lock needed
+        lo = creator + (self.level_token_end[depth][positions] >= 0)
+        return lo, end[positions]
+
+
+class RunBreaks:
+    """Where runs of a loop set end, for every byte of one vocabulary (sorted order).
+
+    For a loop key (bytes B that lead a state back to itself; ``utf8``: every well-formed
+    multi-byte character does too), a *break* is a byte position where the run stops: a byte
+    outside B, or, with ``utf8``, a byte >= 0x80 that is not part of a whole well-formed
+    character inside its token (a token may hold half a character). ``next_break`` gives the
+    first break at or after each position; a walk clips it to the token's end. With ``utf8``
+    a run only starts at a character boundary: a position inside a whole character is its own
+    break (the loop is known for whole characters, not for their tails).
+
+    Two ways, one answer: a table over the whole vocabulary (one gather per query; built once
+    per key, ~1 byte pass, and kept for the MAX_TABLES keys used last: a bounded cache that
+    says so), or, for few queries, the breaks of just the queried tokens' bytes and a binary
+    search.
+    """
+
+    MAX_TABLES = 8
+
+    def __init__(self, token_bytes: np.ndarray, token_offsets: np.ndarray):
+        self.data = token_bytes
+        self.offsets = token_offsets
+        self._tables: "OrderedDict[LoopKey, np.ndarray]" = OrderedDict()
+        self._whole: Dict[LoopKey, Tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._mostly_whole: Dict[LoopKey, bool] = {}
+        self._lock = threading.Lock()
+        self._utf8: Optional[Tuple[np.ndarray, np.ndarray]] = None
+
+    @property
+    def utf8_break(self) -> np.ndarray:
+        """bool [bytes]: a byte >= 0x80 outside every whole well-formed character of its
+        token (computed on first use)."""
+        return self._utf8_tables()[0]
+
+    @property
+    def utf8_tail(self) -> np.ndarray:
+        """bool [bytes]: a byte of a whole character other than its first."""
+        return self._utf8_tables()[1]
+
+    def _utf8_tables(self) -> Tuple[np.ndarray, np.ndarray]:
+        if self._utf8 is None:
+            self._utf8 = _utf8_characters(self.data, self.offsets)
+        return self._utf8
+
+    def _breaks_at(self, key: LoopKey, positions: np.ndarray) -> np.ndarray:
+        bits, utf8 = key
+        in_set = np.unpackbits(np.frombuffer(bits, np.uint8)).astype(bool)
+        if utf8:
+            in_set[0x80:] = True
+            return ~in_set[self.data[positions]] | self.utf8_break[positions]
+        return ~in_set[self.data[positions]]
+
+    def table(self, key: LoopKey) -> np.ndarray:
+        """int32 [bytes + 1]: ``next_break`` of every position (bytes: none)."""
+        with self._lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+                return table
+        n = len(self.data)
+        breaks = np.append(np.flatnonzero(self._breaks_at(key, np.arange(n))), n)
+        table = np.repeat(breaks.astype(np.int32), np.diff(breaks, prepend=-1))
+        if key[1]:  # utf8: no run starts inside a character
+            tails = np.flatnonzero(self.utf8_tail)
+            table[tails] = tails
+        with self._lock:
+            self._tables[key] = table
+            while len(self._tables) > self.MAX_TABLES:
+                evicted, _ = self._tables.popitem(last=False)
+                self._whole.pop(evicted, None)
+        return table
+
+    def whole_tokens(self, key: LoopKey, trie: "TokenTrie"
+                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(whole, broken, first_break): the sorted tokens (non-empty, not repeating their
+        predecessor) that lie inside one run from their first byte, the others, and the first
+        break of each of the others (kept with the key's table)."""
+        table = self.table(key)
+        with self._lock:
+            kept = self._whole.get(key)
+        if kept is not None:
+            return kept
+        starts, ends = trie.token_offsets[:-1], trie.token_ends
+        candidates = np.flatnonzero((ends > starts) & (trie.duplicate_of < 0))
+        first = table[starts[candidates]].astype(np.intp)
+        inside = first >= ends[candidates]
+        kept = (candidates[inside], candidates[~inside], first[~inside])
+        with self._lock:
+            if key in self._tables:  # kept as long as the table is
+                self._whole[key] = kept
+        return kept
+
+    def mostly_whole(self, key: LoopKey, trie: "TokenTrie") -> bool:
+        """Do most tokens (all but WHOLE_BROKEN_SHARE) lie inside one run of the key from
+        their first byte? Estimated on a fixed sample of the vocabulary (a JSON string's loop
+        set: yes; spaces or digits: no); kept per key (a small cache that says so)."""
+        verdict = self._mostly_whole.get(key)
+        if verdict is None:
+            sample = trie.token_sample
+            found = self.next_break(key, trie.token_offsets[sample], sample)
+            broken = np.count_nonzero(found < trie.token_ends[sample])
+            verdict = broken <= WHOLE_BROKEN_SHARE * len(sample)
+            if len(self._mostly_whole) < 4096:
+                self._mostly_whole[key] = verdict
+        return verdict
+
+    def next_break(self, key: LoopKey, positions: np.ndarray, tokens: np.ndarray
+                   ) -> np.ndarray:
+        """First break at or after each byte position (``tokens``: the sorted token each
+        position lies in; a result past the token's end means none inside it)."""
+        if len(positions) * 64 >= len(self.data) or key in self._tables:
+            return self.table(key)[positions]
+        found = self._search(key, positions, tokens)
+        if key[1]:  # utf8: no run starts inside a character
+            found = np.where(self.utf8_tail[positions], positions, found)
+        return found
+
+    def _search(self, key: LoopKey, positions: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        distinct = np.unique(tokens)
+        starts = self.offsets[distinct]
+        lengths = self.offsets[distinct + 1] - starts
+        inside = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
+        inside += np.arange(len(inside))  # every byte position of the distinct tokens
+        breaks = np.append(inside[self._breaks_at(key, inside)], len(self.data))
+        return breaks[np.searchsorted(breaks, positions)]
+
+
+def _utf8_characters(data: np.ndarray, offsets: np.ndarray
+                     ) -> Tuple[np.ndarray, np.ndarray]:
+    """(breaks, tails), bool [bytes] each: bytes >= 0x80 that are not inside a whole
+    well-formed UTF-8 character lying within one token; bytes of such a character after its
+    first."""
+    n = len(data)
+    token_end = np.repeat(offsets[1:], np.diff(offsets))  # end of each byte's token
+    whole = np.zeros(n + 1, dtype=bool)
+    tail = np.zeros(n + 1, dtype=bool)
+    for sequence in UTF8_SEQUENCES:
+        leads = np.zeros(256, dtype=bool)
+        leads[list(sequence[0])] = True
+        at = np.flatnonzero(leads[data])
+        at = at[at + len(sequence) <= token_end[at]]
+        for k, byte_range in enumerate(sequence[1:], start=1):
+            allowed = np.zeros(256, dtype=bool)
+            allowed[list(byte_range)] = True
+            at = at[allowed[data[at + k]]]
+        whole[at] = True
+        for k in range(1, len(sequence)):
+            whole[at + k] = True
+            tail[at + k] = True
+    return (data >= 0x80) & ~whole[:n], tail[:n]
+
 
 DENSE_FRACTION = 0.25  # an origin alive on this share of a level walks whole levels
+RUNS_FROM_LEVEL = 2    # the first trie level whose looping prefixes leave for _walk_tokens
 
 
 def walk_trie(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray):
     """Walk every token from each start state at once, through the trie.
 
-    Returns (origin, token, state) arrays: for every start ``origin`` (an index into
+    Returns (origin, token, state) arrays (intp): for every start ``origin`` (an index into
     ``starts``) and every sorted token index ``token`` whose bytes all survive from it, the
     final ``state``. Tokens missing for an origin were rejected.
 
@@ -205,12 +465,26 @@ def walk_trie(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray):
     whole levels at once, each prefix reading its parent's state, which needs far fewer passes
     per prefix. An origin switches to dense after level 2 when it is alive on more than
     DENSE_FRACTION of that level.
+
+    Run skipping, around the trie: a start whose state loops on most of the vocabulary
+    (inside a string) does not enter it (``_walk_whole``); from level RUNS_FROM_LEVEL on, a
+    prefix whose state loops (``VocabularyWalk.note_loops``) leaves it, and the tokens below
+    are walked one by one, skipping runs of the loop set (``_walk_tokens``). (From level 1 the
+    space prefix alone would hand over a third of Qwen's vocabulary, which the trie's next
+    level mostly rejects at once.)
     """
     starts = np.asarray(starts, dtype=np.int32)
     origin = np.arange(len(starts), dtype=np.int64)
-    nodes = np.zeros(len(starts), np.int64)
-    states = starts.copy()
     found = []
+    walk.note_loops(starts)
+    key_ids = walk.skip_ids[starts]
+    whole = np.array([key_id != NO_LOOP and trie.runs.mostly_whole(walk.loop_keys[key_id], trie)
+                      for key_id in key_ids.tolist()], dtype=bool)
+    for o in np.flatnonzero(whole).tolist():
+        found.extend(_walk_whole(walk, trie, o, int(starts[o])))
+    origin = origin[~whole]
+    nodes = np.zeros(len(origin), np.int64)
+    states = starts[~whole]
     dense_origins, dense_states = np.zeros(0, np.int64), None
     for d in range(1, trie.max_depth + 1):
         compile_budget.check("the vocabulary walk")
@@ -223,13 +497,25 @@ def walk_trie(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray):
         # positions lo..hi-1 of every live parent, concatenated
         children = np.repeat(lo - (ends_cumulative - counts), counts)
         children += np.arange(total)
-        targets = walk.transitions(np.repeat(states, counts), trie.level_byte[d][children])
+        parents = np.repeat(states, counts)
+        targets = walk.transitions(parents, trie.level_byte[d][children])
         live = np.flatnonzero(targets)  # DEAD == 0
         nodes, states = children[live], targets[live]
         origin = np.repeat(origin, counts)[live]
         ends = trie.level_token_end[d][nodes]
         is_end = ends >= 0
         found.append((origin[is_end], ends[is_end], states[is_end]))
+        looped = states == parents[live]
+        if looped.any():
+            walk.note_loops(states[looped])
+        if d >= RUNS_FROM_LEVEL:
+            to_runs = walk.skip_ids[states] != NO_LOOP
+            if to_runs.any():
+                lo, hi = trie.subtree(d, nodes[to_runs])
+                found.extend(_walk_tokens(walk, trie, origin[to_runs], states[to_runs],
+                                          lo, hi, d))
+                stay = ~to_runs
+                nodes, states, origin = nodes[stay], states[stay], origin[stay]
         if d == 2 and len(nodes):
             level_size = len(trie.level_byte[d])
             per_origin = np.bincount(origin, minlength=len(starts))
@@ -248,11 +534,82 @@ def walk_trie(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray):
         return empty, empty, np.zeros(0, np.int32)
     origin = np.concatenate([f[0] for f in found])
     tokens = np.concatenate([f[1] for f in found])
-    final = np.concatenate([f[2] for f in found]).astype(np.int32)
+    final = np.concatenate([f[2] for f in found]).astype(np.intp)
     duplicates = np.nonzero(trie.duplicate_of >= 0)[0]
     if len(duplicates):
         origin, tokens, final = _add_duplicates(trie, duplicates, origin, tokens, final)
     return origin, tokens, final
+
+
+def _walk_tokens(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
+                 lo: np.ndarray, hi: np.ndarray, depth: int):
+    """The tokens [lo, hi) below prefixes of length ``depth`` reached in ``states``, one
+    (origin, token) pair each, walked to their ends by ``_walk_runs``."""
+    counts = hi - lo
+    cumulative = np.cumsum(counts)
+    tokens = np.repeat(lo - (cumulative - counts), counts)
+    tokens += np.arange(int(cumulative[-1]) if len(counts) else 0)
+    origin = np.repeat(origin, counts)
+    state = np.repeat(states.astype(np.intp), counts)  # intp: indexing with it casts nothing
+    if trie.has_duplicates:  # a repeated token takes its twin's result later
+        single = trie.duplicate_of[tokens] < 0
+        tokens, origin, state = tokens[single], origin[single], state[single]
+    return _walk_runs(walk, trie, origin, tokens, state,
+                      trie.token_offsets[tokens] + depth, trie.token_ends[tokens])
+
+
+def _walk_whole(walk, trie: TokenTrie, origin: int, state: int):
+    """Every token from a start ``state`` that loops with few broken tokens (``WHOLE_RUNS``):
+    the tokens inside one run end in ``state`` as they are (a list kept per loop set), the
+    others are walked from their first break."""
+    key = walk.loop_keys[walk.skip_ids[state]]
+    whole, broken, first_break = trie.runs.whole_tokens(key, trie)
+    yield np.full(len(whole), origin, np.intp), whole, np.full(len(whole), state, np.intp)
+    yield from _walk_runs(walk, trie, np.full(len(broken), origin, np.intp), broken,
+                          np.full(len(broken), state, np.intp), first_break.copy(),
+                          trie.token_ends[broken])
+
+
+def _walk_runs(walk, trie: TokenTrie, origin: np.ndarray, tokens: np.ndarray,
+               state: np.ndarray, position: np.ndarray, end: np.ndarray):
+    """(origin, token) pairs in ``state`` at byte ``position`` of the token, walked to the
+    token's ``end``: a pair whose state loops jumps to the first byte outside its loop set
+    (``RunBreaks.next_break``), any other pair reads one byte; the pairs go together, one
+    numpy pass per step. Inside a string almost every token ends in its first jump. Yields
+    (origin, token, final state) for the tokens that survive."""
+    runs = trie.runs
+    while len(tokens):
+        compile_budget.check("the vocabulary walk")
+        skip = walk.skip_ids[state]
+        first, last = int(skip.min()), int(skip.max())
+        if first == last != NO_LOOP:  # one loop set for all: no selection
+            np.minimum(runs.next_break(walk.loop_keys[first], position, tokens), end,
+                       out=position)
+        elif last != NO_LOOP:
+            for key_id in np.flatnonzero(np.bincount(skip[skip != NO_LOOP])).tolist():
+                chosen = np.flatnonzero(skip == key_id)
+                found = runs.next_break(walk.loop_keys[key_id], position[chosen],
+                                        tokens[chosen])
+                position[chosen] = np.minimum(found, end[chosen])
+        done = position == end
+        finished = np.flatnonzero(done)  # index arrays: a boolean mask selects slower
+        if len(finished):
+            yield origin[finished], tokens[finished], state[finished]
+            if len(finished) == len(tokens):
+                return
+            going = np.flatnonzero(~done)
+            tokens, origin, state = tokens[going], origin[going], state[going]
+            position, end = position[going], end[going]
+        before = state
+        state = walk.transitions(state, runs.data[position]).astype(np.intp)
+        position += 1
+        looped = state == before
+        if looped.any():
+            walk.note_loops(state[looped])
+        alive = np.flatnonzero(state)  # DEAD == 0
+        if len(alive) < len(state):
+            tokens, origin, state = tokens[alive], origin[alive], state[alive]
+            position, end = position[alive], end[alive]
 
 
 def _walk_dense(walk, trie: TokenTrie, origins: np.ndarray, states: np.ndarray, depth: int):

@@ -1,0 +1,180 @@
+"""The vocabulary walk (``gxg.compiler.vocab_walk``): the trie walk with run skipping gives, for
+every start and every token, the state a byte-by-byte walk of the token gives; the run tables
+(``RunBreaks``) meet their definition on vocabularies with broken UTF-8, runs of spaces and
+repeated tokens, by both of their ways (a table over the vocabulary, a search over few tokens).
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import gxg
+from gxg.compiler.automaton import build_automaton
+from gxg.compiler.passes import prepare
+from gxg.compiler.stack_walk import StackWalker
+from gxg.compiler.vocab_walk import (DEAD, NO_LOOP, RunBreaks, TokenTrie, VocabularyWalk,
+                                     walk_trie)
+from gxg.compiler import vocab_walk
+from gxg.grammar_compiler import token_trie
+from grammar_zoo import GRAMMAR_ZOO, info_or_skip, make_info, synthetic_vocab, zoo_grammar
+
+SCHEMA = {"type": "object",
+          "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
+                         "tags": {"type": "array", "items": {"type": "string",
+                                                             "pattern": "^[a-z]+$"}},
+                         "note": {"type": "string", "maxLength": 3}},
+          "required": ["name"]}
+# (name, grammar): strings, runs of spaces and digits, characters outside ASCII, free text
+GRAMMARS = [
+    ("json", lambda: gxg.Grammar.builtin_json_grammar()),
+    ("schema", lambda: gxg.Grammar.from_json_schema(SCHEMA)),
+    ("spaces", lambda: gxg.Grammar.from_ebnf('root ::= "{" [ \\t\\n]* ("x" [ ]*)? "}"')),
+    ("free_text", lambda: gxg.Grammar.from_ebnf('root ::= [^<]* "<end>"')),
+    ("letters", lambda: gxg.Grammar.from_ebnf('root ::= [a-zé中]+ ("," [0-9]+)*')),
+    # every character leaves the loop of [a-z ]* alive, but none comes back to it
+    ("leave_on_character",
+     lambda: gxg.Grammar.from_ebnf('root ::= [a-z ]* [^\\x00-\\x7f] "x"')),
+]
+
+
+def runs_vocab(seed=0):
+    """Tokens that stress run skipping: long space runs with and without a tail, strings with
+    quotes and escapes, whole and broken UTF-8, a repeated token and an empty one."""
+    rng = random.Random(seed)
+    tokens = {bytes([b]) for b in range(256)}
+    for k in range(2, 40):
+        tokens.update({b" " * k, b" " * k + b"x", b"\n" + b" " * k, b"\t" * k})
+    pieces = ["abc", "\u00e9t\u00e9", "\u4e2d\u6587", "\U0001f600", '"', "\\n", "12", " ", ":"]
+    for _ in range(400):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 5)))
+        data = text.encode()
+        cut = rng.randrange(len(data) + 1)
+        tokens.update({data, data[:cut], data[cut:]})  # cuts break characters
+    vocab = sorted(t for t in tokens if t)
+    return vocab + [vocab[100], b"", b"</s>"]  # a repeat of an earlier token, empty, stop
+
+
+def _vocabulary(name):
+    if name == "runs":
+        return make_info(runs_vocab())
+    if name == "zoo":
+        return make_info(synthetic_vocab([s for z in GRAMMAR_ZOO for s in z[2]]))
+    return info_or_skip(name)
+
+
+def _brute_force_breaks(data: bytes, bits: np.ndarray, utf8: bool):
+    """next_break of every position of one token, by its definition, in plain Python."""
+    whole, tail = [False] * len(data), [False] * len(data)
+    i = 0
+    while i < len(data):
+        for length in (2, 3, 4):
+            piece = data[i: i + length]
+            if data[i] >= 0x80 and len(piece) == length:
+                try:
+                    if len(piece.decode("utf-8")) == 1:
+                        whole[i: i + length] = [True] * length
+                        tail[i + 1: i + length] = [True] * (length - 1)
+                        i += length - 1
+                        break
+                except UnicodeDecodeError:
+                    pass
+        i += 1
+
+    def is_break(q):
+        if utf8 and data[q] >= 0x80:
+            return not whole[q]
+        return not bits[data[q]]
+    out = []
+    for p in range(len(data)):
+        if utf8 and tail[p]:
+            out.append(p)
+            continue
+        q = p
+        while q < len(data) and not is_break(q):
+            q += 1
+        out.append(q)
+    return out
+
+
+@pytest.mark.parametrize("utf8", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_run_breaks_meet_their_definition(seed, utf8):
+    rng = np.random.default_rng(seed)
+    info = make_info(runs_vocab(seed))
+    trie = token_trie(info)
+    bits = rng.random(256) < [0.9, 0.5, 0.1][seed]
+    bits[0x80:] = bits[0x80:] & ~utf8  # a utf8 key's high bytes are decided per character
+    key = (np.packbits(bits).tobytes(), utf8)
+    runs = RunBreaks(trie.runs.data, trie.token_offsets)
+    tokens = np.flatnonzero(trie.token_lengths > 0)
+    positions = np.concatenate([np.arange(trie.token_offsets[t], trie.token_ends[t])
+                                for t in tokens])
+    owners = np.repeat(tokens, trie.token_lengths[tokens])
+    expected = np.concatenate([
+        np.array(_brute_force_breaks(bytes(trie.runs.data[trie.token_offsets[t]:
+                                                          trie.token_ends[t]]), bits, utf8))
+        + trie.token_offsets[t] for t in tokens])
+    ends = trie.token_ends[owners]
+    by_table = np.minimum(runs.table(key)[positions], ends)
+    few = positions[:: 7]  # the search over few tokens
+    by_search = np.minimum(runs._search(key, few, owners[:: 7]), ends[:: 7])
+    if utf8:
+        by_search = np.where(runs.utf8_tail[few], few, by_search)
+    np.testing.assert_array_equal(by_table, expected)
+    np.testing.assert_array_equal(by_search, expected[:: 7])
+
+
+def _final_states(walk, trie, start):
+    """Token -> final state from ``start``, by the trie walk and byte by byte."""
+    origin, tokens, final = walk_trie(walk, trie, np.array([start], dtype=np.int32))
+    assert (origin == 0).all() and len(np.unique(tokens)) == len(tokens)
+    by_trie = dict(zip(tokens.tolist(), final.tolist()))
+    everything = np.flatnonzero(trie.token_lengths > 0)
+    by_bytes = walk.walk_pairs(np.full(len(everything), start, np.int32), everything)
+    alive = by_bytes != DEAD
+    return by_trie, dict(zip(everything[alive].tolist(), by_bytes[alive].tolist()))
+
+
+@pytest.mark.parametrize("vocabulary", ["zoo", "runs", "qwen", "smollm2"])
+@pytest.mark.parametrize("name,make_grammar", GRAMMARS, ids=[g[0] for g in GRAMMARS])
+def test_trie_walk_equals_the_byte_by_byte_walk(vocabulary, name, make_grammar, monkeypatch):
+    info = _vocabulary(vocabulary)
+    trie = token_trie(info)
+    automaton = build_automaton(prepare(make_grammar()))
+    walk = VocabularyWalk(StackWalker(automaton, escape_bottom=True), info.token_bytes,
+                          info.token_offsets)
+    used = {"whole": 0, "tokens": 0}
+    for part in used:
+        original = getattr(vocab_walk, f"_walk_{part}")
+
+        def spy(*args, _original=original, _part=part):
+            used[_part] += 1
+            return _original(*args)
+        monkeypatch.setattr(vocab_walk, f"_walk_{part}", spy)
+    for node in np.flatnonzero(automaton.is_scannable).tolist():
+        start = walk.intern(walk.walker.initial((node,), as_top=True))
+        by_trie, by_bytes = _final_states(walk, trie, start)
+        assert by_trie == by_bytes, f"node {node}"
+    if name in ("json", "schema", "free_text") and vocabulary in ("qwen", "smollm2"):
+        assert used["whole"] > 0  # inside strings: whole-vocabulary runs
+    if name == "spaces" and vocabulary != "zoo":
+        assert used["tokens"] > 0  # space prefixes leave the trie
+    assert any(key_id != NO_LOOP for key_id in walk.skip_ids.tolist())
+
+
+def test_walk_of_a_repeated_token_takes_its_twin_result():
+    info = make_info(runs_vocab())
+    trie = token_trie(info)
+    assert trie.has_duplicates
+    automaton = build_automaton(prepare(gxg.Grammar.from_ebnf('root ::= [^<]* "<end>"')))
+    walk = VocabularyWalk(StackWalker(automaton, escape_bottom=True), info.token_bytes,
+                          info.token_offsets)
+    start = walk.intern(walk.walker.initial((int(np.flatnonzero(automaton.is_scannable)[0]),),
+                                            as_top=True))
+    origin, tokens, final = walk_trie(walk, trie, np.array([start], dtype=np.int32))
+    repeats = np.flatnonzero(trie.duplicate_of >= 0)
+    found = dict(zip(tokens.tolist(), final.tolist()))
+    for token in repeats.tolist():
+        assert found[token] == found[int(trie.duplicate_of[token])]
