@@ -40,6 +40,7 @@ from gxg import blobs, layout
 from gxg.compiler.automaton import Automaton
 from gxg.compiler.completion import CompletionDistances
 from gxg.compiler.mask_cache import KernelMaskLayout
+from gxg.compiler.vocab_walk import RunBreaks
 from gxg.layout import NodeFlag
 from gxg.ops.reference import HostTables, HostVocabulary
 
@@ -187,9 +188,10 @@ def vocabulary_of(b: Dict[str, np.ndarray]) -> HostVocabulary:
     lengths_by_id[sorted_token_ids] = np.diff(token_offsets)
     # id_bytes are empty for special, stop and padding ids: the special ones are the non-stops
     special = (np.diff(id_offsets) == 0) & ~is_stop
-    return HostVocabulary(len(is_stop), b["token_bytes"].copy(), token_offsets, sorted_token_ids,
+    token_bytes = b["token_bytes"].copy()
+    return HostVocabulary(len(is_stop), token_bytes, token_offsets, sorted_token_ids,
                           bytes_by_id, is_stop, special, b["ids_by_length"].astype(np.int64),
-                          lengths_by_id)
+                          lengths_by_id, RunBreaks(token_bytes, token_offsets))
 
 
 def build_host_tables(b: Dict[str, np.ndarray], g: int, vocabulary: HostVocabulary

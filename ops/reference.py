@@ -57,7 +57,8 @@ from gxg import layout
 from gxg.layout import bitmask_words, pool_index_slot
 from gxg.compiler.completion import CompletionDistances, NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
-from gxg.compiler.vocab_walk import DEAD, VocabularyWalk
+from gxg.compiler.vocab_walk import DEAD, RunBreaks, VocabularyWalk
+from gxg.grammar_compiler import token_trie
 from gxg.compile_budget import CompileTimeoutError
 from gxg.grammar.ir import GrammarError
 from gxg.runtime import ErrorCode, RuntimeState
@@ -89,6 +90,7 @@ class HostVocabulary:
     special           bool  [V]    never accepted: empty non-stop tokens and padding
     ids_by_length     int64 [V]    token ids by byte length, longest first
     lengths_by_id     int64 [V]    byte length of each id (0 outside the sorted vocabulary)
+    runs              RunBreaks over token_bytes: walks skip runs of looping states
     """
     vocab_size: int
     token_bytes: np.ndarray
@@ -99,6 +101,7 @@ class HostVocabulary:
     special: np.ndarray
     ids_by_length: np.ndarray
     lengths_by_id: np.ndarray
+    runs: Optional[RunBreaks] = None  # the vocabulary's run tables (shared with the compiler's)
 
 
 # A cache, per TokenizerInfo (weakly held) and stop-token tuple: every grammar compiled for a
@@ -129,7 +132,8 @@ def _host_vocabulary(tokenizer_info, stop_token_ids) -> HostVocabulary:
     special[np.asarray(info.special_token_ids, dtype=np.int64)] = True
     return HostVocabulary(info.vocab_size, info.token_bytes, info.token_offsets,
                           info.sorted_token_ids, info.decoded_vocab, is_stop, special & ~is_stop,
-                          info.ids_by_length, info.token_lengths_by_id)
+                          info.ids_by_length, info.token_lengths_by_id,
+                          token_trie(info).runs)
 
 
 class HostTables:
@@ -210,9 +214,9 @@ class HostTables:
     def full_stack_walk(self) -> VocabularyWalk:
         """A cached walker over full stacks (a cache: rebuilt when it grows too large)."""
         if self._walk is None or len(self._walk.configs) > MAX_WALK_STATES:
+            v = self.vocabulary
             self._walk = VocabularyWalk(StackWalker(self.automaton, escape_bottom=False),
-                                        self.vocabulary.token_bytes,
-                                        self.vocabulary.token_offsets)
+                                        v.token_bytes, v.token_offsets, v.runs)
         return self._walk
 
 

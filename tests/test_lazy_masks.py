@@ -71,8 +71,8 @@ def test_lazy_entries_equal_eager_entries_on_real_vocabularies(vocabulary):
 
 def test_compiling_lazily_walks_no_vocabulary(monkeypatch):
     calls = []
-    original = mask_cache_module.walk_trie
-    monkeypatch.setattr(mask_cache_module, "walk_trie",
+    original = mask_cache_module.walk_trie_parts
+    monkeypatch.setattr(mask_cache_module, "walk_trie_parts",
                         lambda *a: (calls.append(1), original(*a))[1])
     name, ebnf, sentences = GRAMMAR_ZOO[0]
     compiled = zoo_compiled(ebnf, sentences, "lazy")

@@ -178,3 +178,25 @@ def test_walk_of_a_repeated_token_takes_its_twin_result():
     found = dict(zip(tokens.tolist(), final.tolist()))
     for token in repeats.tolist():
         assert found[token] == found[int(trie.duplicate_of[token])]
+
+
+@pytest.mark.parametrize("vocabulary", ["runs", "qwen"])
+@pytest.mark.parametrize("name,make_grammar", GRAMMARS, ids=[g[0] for g in GRAMMARS])
+def test_pair_walk_skipping_runs_equals_the_byte_by_byte_walk(vocabulary, name, make_grammar):
+    """``walk_pairs`` with the vocabulary's RunBreaks (the CPU runtime's uncertain-token
+    check, from full stacks) gives every (state, token) pair's byte-by-byte final state."""
+    info = _vocabulary(vocabulary)
+    trie = token_trie(info)
+    automaton = build_automaton(prepare(make_grammar()))
+    walk = VocabularyWalk(StackWalker(automaton, escape_bottom=False), info.token_bytes,
+                          info.token_offsets)
+    everything = np.flatnonzero(trie.token_lengths >= 0)
+    for node in np.flatnonzero(automaton.is_scannable).tolist():
+        start = walk.intern(walk.walker.initial((node,)))
+        states = np.full(len(everything), start, np.int32)
+        walk.runs = None
+        by_bytes = walk.walk_pairs(states, everything)
+        walk.runs = trie.runs
+        np.testing.assert_array_equal(walk.walk_pairs(states, everything), by_bytes,
+                                      err_msg=f"node {node}")
+    assert any(key_id != NO_LOOP for key_id in walk.skip_ids.tolist())

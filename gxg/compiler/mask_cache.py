@@ -38,7 +38,7 @@ from gxg.grammar.ir import GrammarError
 from gxg.layout import bitmask_words
 from gxg.compiler.automaton import Automaton
 from gxg.compiler.stack_walk import StackWalker
-from gxg.compiler.vocab_walk import TokenTrie, VocabularyWalk, walk_trie
+from gxg.compiler.vocab_walk import TokenTrie, VocabularyWalk, concatenated, walk_trie_parts
 
 REJECTED, ACCEPTED, UNCERTAIN = 0, 1, 2
 NODES_PER_WALK = 64  # at most 2**15 for the int16 sort below; nodes walked through the trie together (bounds the walk's memory)
@@ -61,13 +61,21 @@ class NodeTokenMask:
         """Accepted sorted indices, ascending."""
         if self.store_type == StoreType.ACCEPTED:
             return self.indices
+        return np.flatnonzero(self.member(num_sorted)).astype(np.int32)
+
+    def member(self, num_sorted: int) -> np.ndarray:
+        """bool [num_sorted]: is each sorted token accepted?"""
         if self.store_type == StoreType.ACCEPTED_BITSET:
             bits = np.unpackbits(self.bitset.view(np.uint8), bitorder="little")[:num_sorted]
-            return np.nonzero(bits)[0].astype(np.int32)
-        keep = np.ones(num_sorted, dtype=bool)
-        keep[self.indices] = False
-        keep[self.uncertain] = False
-        return np.nonzero(keep)[0].astype(np.int32)
+            return bits.view(bool)
+        if self.store_type == StoreType.ACCEPTED:
+            member = np.zeros(num_sorted, dtype=bool)
+            member[self.indices] = True
+            return member
+        member = np.ones(num_sorted, dtype=bool)
+        member[self.indices] = False
+        member[self.uncertain] = False
+        return member
 
     @property
     def nbytes(self) -> int:
@@ -215,30 +223,70 @@ class MaskCache:
 
 
 def classify_nodes(walk: VocabularyWalk, classes_of: "_StateClasses", trie: TokenTrie,
-                   nodes: np.ndarray) -> List[Tuple[np.ndarray, np.ndarray]]:
-    """For each node, (accepted, uncertain) sorted indices (ascending) of the tokens walked
-    from it; every other token is rejected."""
+                   nodes: np.ndarray) -> List[NodeTokenMask]:
+    """The entry of each node, from one trie walk of all of them: the tokens walked from it
+    are accepted or uncertain (by the class of their final state); every other token is
+    rejected."""
     starts = [walk.intern(walk.walker.initial((int(node),), as_top=True)) for node in nodes]
-    origin, tokens, final_states = walk_trie(walk, trie, np.array(starts, dtype=np.int32))
+    parts = walk_trie_parts(walk, trie, np.array(starts, dtype=np.int32))
+    if len(nodes) == 1:  # a whole string's tokens stay one array and one class
+        return [_entry_of([(tokens, classes_of.of(states)) for _, tokens, states in parts],
+                          trie)]
+    origin, tokens, final_states = concatenated(parts)
     classes = classes_of[final_states]
     order = np.argsort(origin.astype(np.int16), kind="stable")  # a radix sort: O(n)
-    origin, tokens, classes = origin[order], tokens[order].astype(np.int32), classes[order]
+    origin, tokens, classes = origin[order], tokens[order], classes[order]
     bounds = np.searchsorted(origin, np.arange(len(nodes) + 1))
-    out = []
-    for i in range(len(nodes)):
-        t, c = tokens[bounds[i]: bounds[i + 1]], classes[bounds[i]: bounds[i + 1]]
-        out.append((_ascending(t[c == ACCEPTED], trie.num_tokens),
-                    _ascending(t[c == UNCERTAIN], trie.num_tokens)))
-    return out
+    return [_entry_of([(tokens[bounds[i]: bounds[i + 1]], classes[bounds[i]: bounds[i + 1]])],
+                      trie) for i in range(len(nodes))]
 
 
-def _ascending(indices: np.ndarray, universe: int) -> np.ndarray:
-    """Sorted copy of distinct indices: a sort when few, a bitmap scan when many."""
-    if len(indices) * 64 < universe:
-        return np.sort(indices)
-    present = np.zeros(universe, dtype=bool)
-    present[indices] = True
-    return np.flatnonzero(present).astype(np.int32)
+def _entry_of(parts, trie: TokenTrie) -> NodeTokenMask:
+    """The entry of one node from its walked (tokens, classes) parts (a class may be one int
+    for a whole part), in any order, repeated tokens left out. Few tokens: sorted lists; many
+    (inside a string most of the vocabulary): one class per sorted token, read once per store
+    (the same entry either way)."""
+    num_sorted = trie.num_tokens
+    if sum(len(tokens) for tokens, _ in parts) * 16 < num_sorted:
+        tokens = np.concatenate([t for t, _ in parts]) if parts else np.zeros(0, np.intp)
+        classes = (np.concatenate([np.broadcast_to(c, t.shape) for t, c in parts])
+                   if parts else np.zeros(0, np.int8))
+        if trie.has_duplicates:
+            tokens, classes = _with_repeats(trie, tokens, classes)
+        accepted = np.sort(tokens[classes == ACCEPTED]).astype(np.int32)
+        uncertain = np.sort(tokens[classes == UNCERTAIN]).astype(np.int32)
+        return adaptive_entry(accepted, uncertain, num_sorted)
+    by_token = np.zeros(num_sorted, dtype=np.int8)  # REJECTED == 0
+    for tokens, classes in parts:
+        by_token[tokens] = classes
+    if trie.has_duplicates:
+        repeats = np.flatnonzero(trie.duplicate_of >= 0)
+        by_token[repeats] = by_token[trie.duplicate_root[repeats]]
+    accepted = by_token == ACCEPTED
+    uncertain = np.flatnonzero(by_token == UNCERTAIN).astype(np.int32)
+    num_accepted = int(np.count_nonzero(accepted))
+    store = _smallest_store(num_accepted, num_sorted - num_accepted - len(uncertain),
+                            num_sorted)
+    no_words, no_indices = np.zeros(0, np.uint32), np.zeros(0, np.int32)
+    if store == StoreType.ACCEPTED:
+        return NodeTokenMask(store, np.flatnonzero(accepted).astype(np.int32), no_words,
+                             uncertain)
+    if store == StoreType.REJECTED:
+        rejected = np.flatnonzero(by_token == REJECTED).astype(np.int32)
+        return NodeTokenMask(store, rejected, no_words, uncertain)
+    return NodeTokenMask(store, no_indices, _bitset_words(accepted, num_sorted), uncertain)
+
+
+def _with_repeats(trie: TokenTrie, tokens: np.ndarray, classes: np.ndarray):
+    """Add each repeated token whose twin is among ``tokens``, with the twin's class."""
+    repeats = np.flatnonzero(trie.duplicate_of >= 0)
+    order = np.argsort(tokens)
+    ordered = tokens[order]
+    roots = trie.duplicate_root[repeats]
+    at = np.minimum(np.searchsorted(ordered, roots), max(len(ordered) - 1, 0))
+    hit = ordered[at] == roots if len(ordered) else np.zeros(len(roots), bool)
+    return (np.concatenate([tokens, repeats[hit]]),
+            np.concatenate([classes, classes[order[at[hit]]]]))
 
 
 class _StateClasses:
@@ -247,6 +295,12 @@ class _StateClasses:
     def __init__(self, walk: VocabularyWalk):
         self.walk = walk
         self.known = np.zeros(0, np.int8)
+
+    def of(self, states):
+        """Classes of a state array, or the class (an int) of one state."""
+        if isinstance(states, np.ndarray):
+            return self[states]
+        return int(self[np.array([states], dtype=np.intp)][0])
 
     def __getitem__(self, states: np.ndarray) -> np.ndarray:
         configs = self.walk.configs
@@ -258,14 +312,27 @@ class _StateClasses:
         return self.known[states]
 
 
+def _smallest_store(num_accepted: int, num_rejected: int, num_sorted: int) -> StoreType:
+    """The smallest of the three storages for one node (paper §3.1); ties go to the lower
+    StoreType."""
+    sizes = {StoreType.ACCEPTED: 4 * num_accepted, StoreType.REJECTED: 4 * num_rejected,
+             StoreType.ACCEPTED_BITSET: 4 * ((num_sorted + 31) // 32)}
+    return min(sizes, key=lambda kind: (sizes[kind], kind))
+
+
+def _bitset_words(member: np.ndarray, num_sorted: int) -> np.ndarray:
+    """uint32 words of a bool [num_sorted] membership, bit i of the bitset = member[i]."""
+    bits = np.zeros(((num_sorted + 31) // 32) * 32, dtype=bool)
+    bits[:num_sorted] = member
+    return np.packbits(bits, bitorder="little").view(np.uint32).copy()
+
+
 def adaptive_entry(accepted: np.ndarray, uncertain: np.ndarray, num_sorted: int
                    ) -> NodeTokenMask:
-    """The smallest of the three storages for one node (paper §3.1)."""
+    """The entry of sorted ``accepted`` and ``uncertain`` indices, in the smallest of the
+    three storages."""
     num_rejected = num_sorted - len(accepted) - len(uncertain)
-    bitset_words = (num_sorted + 31) // 32  # a bitset over sorted indices
-    sizes = {StoreType.ACCEPTED: 4 * len(accepted), StoreType.REJECTED: 4 * num_rejected,
-             StoreType.ACCEPTED_BITSET: 4 * bitset_words}
-    store = min(sizes, key=lambda kind: (sizes[kind], kind))
+    store = _smallest_store(len(accepted), num_rejected, num_sorted)
     no_words = np.zeros(0, np.uint32)
     if store == StoreType.ACCEPTED:
         return NodeTokenMask(store, accepted, no_words, uncertain)
@@ -275,10 +342,10 @@ def adaptive_entry(accepted: np.ndarray, uncertain: np.ndarray, num_sorted: int
         rejected[uncertain] = False
         return NodeTokenMask(store, np.nonzero(rejected)[0].astype(np.int32), no_words,
                              uncertain)
-    bits = np.zeros(bitset_words * 32, dtype=np.uint8)
-    bits[accepted] = 1
-    words = np.packbits(bits, bitorder="little").view(np.uint32).copy()
-    return NodeTokenMask(store, np.zeros(0, np.int32), words, uncertain)
+    member = np.zeros(num_sorted, dtype=bool)
+    member[accepted] = True
+    return NodeTokenMask(store, np.zeros(0, np.int32), _bitset_words(member, num_sorted),
+                         uncertain)
 
 
 class NodeClassifier:
@@ -306,8 +373,7 @@ class NodeClassifier:
         is_token = self.automaton.token_set[nodes] >= 0
         walked = iter(classify_nodes(self.walk, self.classes_of, self.trie, nodes[~is_token])
                       if not is_token.all() else ())
-        return [self._token_entry(int(node)) if token else
-                adaptive_entry(*next(walked), self.trie.num_tokens)
+        return [self._token_entry(int(node)) if token else next(walked)
                 for node, token in zip(nodes.tolist(), is_token.tolist())]
 
     def _token_entry(self, node: int) -> NodeTokenMask:
@@ -391,7 +457,7 @@ class NodeMasks:
 
     def __init__(self, cache: MaskCache, sorted_token_ids: np.ndarray, vocab_size: int):
         self.cache = cache
-        self.sorted_token_ids = sorted_token_ids
+        self.sorted_token_ids = sorted_token_ids.astype(np.intp)  # indexes without a cast
         self.words = bitmask_words(vocab_size)
         self._rows: Dict[int, np.ndarray] = {}
 
@@ -411,9 +477,13 @@ class NodeMasks:
 
 def dense_row(entry: NodeTokenMask, num_sorted: int, sorted_token_ids: np.ndarray,
               words: int) -> np.ndarray:
-    """The entry's accepted tokens as bitmask words over token ids (int32 [words])."""
-    bits = np.zeros(words * 32, dtype=np.uint8)
-    bits[sorted_token_ids[entry.accepted(num_sorted)]] = 1
+    """The entry's accepted tokens as bitmask words over token ids (int32 [words]).
+    ``sorted_token_ids`` as intp indexes without a cast (NodeMasks keeps such a copy)."""
+    bits = np.zeros(words * 32, dtype=bool)
+    if entry.store_type == StoreType.ACCEPTED:
+        bits[sorted_token_ids[entry.indices]] = True
+    else:  # most of the vocabulary: one pass over all sorted tokens
+        bits[sorted_token_ids] = entry.member(num_sorted)
     return np.packbits(bits, bitorder="little").view(np.int32)
 
 
@@ -423,6 +493,7 @@ def kernel_layout(cache: MaskCache, num_nodes: int, sorted_token_ids: np.ndarray
     node, computing the entries a lazy cache lacks). Nodes left out get no row (-1) and no
     uncertain tokens: the arena marks the scannable ones as not built yet."""
     words = bitmask_words(vocab_size)
+    sorted_token_ids = np.asarray(sorted_token_ids, dtype=np.intp)  # indexes without a cast
     nodes = cache.nodes.tolist() if nodes is None else [int(n) for n in nodes]
     node_row = np.full(num_nodes, -1, dtype=np.int32)
     rows: List[np.ndarray] = []

@@ -56,12 +56,15 @@ LoopKey = Tuple[bytes, bool]  # (the 256-bit loop byte set, every UTF-8 characte
 
 class VocabularyWalk:
     def __init__(self, walker: StackWalker, token_bytes: Optional[np.ndarray] = None,
-                 token_offsets: Optional[np.ndarray] = None):
+                 token_offsets: Optional[np.ndarray] = None,
+                 runs: Optional["RunBreaks"] = None):
         self.walker = walker
         if token_bytes is not None:
             self.token_bytes = np.ascontiguousarray(token_bytes, dtype=np.uint8)
             self.token_offsets = np.ascontiguousarray(token_offsets, dtype=np.int64)
             self.token_lengths = np.diff(self.token_offsets)
+        # the same vocabulary's RunBreaks (shared per vocabulary): walk_pairs skips runs
+        self.runs = runs
         byte_class = walker.automaton.byte_class
         self._byte_class = byte_class.tolist()
         self._byte_class_array = byte_class
@@ -178,10 +181,19 @@ class VocabularyWalk:
 
     # ------------------------------------------------------------------ the walk
     def walk_pairs(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """Final state of each (state, sorted-token index) pair after all the token's bytes."""
+        """Final state of each (state, sorted-token index) pair after all the token's bytes
+        (with ``runs``, skipping runs of looping states: ``_walk_runs``)."""
         final = np.asarray(states, dtype=np.int32).copy()
         tokens = np.asarray(tokens, dtype=np.int64)
         live = np.nonzero((self.token_lengths[tokens] > 0) & (final != DEAD))[0]
+        if self.runs is not None:
+            walked, starts = tokens[live], final[live].astype(np.intp)
+            final[live] = DEAD  # unless a run of parts below reaches the token's end
+            for pairs, _, reached in _walk_runs(self, self.runs, live, walked, starts,
+                                                self.token_offsets[walked],
+                                                self.token_offsets[walked + 1]):
+                final[pairs] = reached
+            return final
         position = self.token_offsets[tokens[live]]
         remaining = self.token_lengths[tokens[live]]
         current = final[live]
@@ -231,6 +243,8 @@ class TokenTrie:
         duplicate = cpl >= lengths
         self.duplicate_of = np.where(duplicate, np.arange(n) - 1, -1)
         self.has_duplicates = bool(duplicate.any())
+        # the first token with the same bytes (itself when not a repeat): repeats are adjacent
+        self.duplicate_root = np.maximum.accumulate(np.where(duplicate, 0, np.arange(n)))
         walkable = np.flatnonzero((lengths > 0) & ~duplicate)
         self.token_sample = walkable[np.linspace(0, len(walkable) - 1,
                                                  min(SAMPLE_TOKENS, len(walkable))
@@ -453,11 +467,35 @@ RUNS_FROM_LEVEL = 2    # the first trie level whose looping prefixes leave for _
 
 
 def walk_trie(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray):
-    """Walk every token from each start state at once, through the trie.
+    """Walk every token from each start state at once (``walk_trie_parts``).
 
     Returns (origin, token, state) arrays (intp): for every start ``origin`` (an index into
     ``starts``) and every sorted token index ``token`` whose bytes all survive from it, the
     final ``state``. Tokens missing for an origin were rejected.
+    """
+    origin, tokens, final = concatenated(walk_trie_parts(walk, trie, starts))
+    if trie.has_duplicates:
+        origin, tokens, final = _add_duplicates(trie, origin, tokens, final)
+    return origin, tokens, final
+
+
+def concatenated(parts) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(origin, token, state) arrays of ``walk_trie_parts``' parts (scalars broadcast)."""
+    if not parts:
+        empty = np.zeros(0, np.intp)
+        return empty, empty, empty
+    columns = [[np.broadcast_to(np.asarray(value, dtype=np.intp), (len(part[1]),))
+                for value in part] for part in parts]
+    return tuple(np.concatenate([c[k] for c in columns]) for k in range(3))
+
+
+def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray) -> list:
+    """Walk every token from each start state at once, through the trie.
+
+    Returns a list of parts (origin, token, state): intp arrays, or for a run of tokens that
+    all end in one state from one origin, plain ints for origin and state (a whole string's
+    worth of tokens is then not copied). Tokens that repeat an earlier token's bytes
+    (``TokenTrie.duplicate_of``) are left out: they end where their twin ends.
 
     Two regimes, one numpy pass per byte level each: *sparse* — the live (origin, prefix)
     pairs only, expanding each live prefix into its children (a rejected prefix costs nothing
@@ -529,16 +567,7 @@ def walk_trie(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray):
                 dense_states[rows[to_dense], nodes[to_dense]] = states[to_dense]
                 nodes, states, origin = nodes[~to_dense], states[~to_dense], origin[~to_dense]
                 found.extend(_walk_dense(walk, trie, dense_origins, dense_states, d + 1))
-    if not found:
-        empty = np.zeros(0, np.int64)
-        return empty, empty, np.zeros(0, np.int32)
-    origin = np.concatenate([f[0] for f in found])
-    tokens = np.concatenate([f[1] for f in found])
-    final = np.concatenate([f[2] for f in found]).astype(np.intp)
-    duplicates = np.nonzero(trie.duplicate_of >= 0)[0]
-    if len(duplicates):
-        origin, tokens, final = _add_duplicates(trie, duplicates, origin, tokens, final)
-    return origin, tokens, final
+    return found
 
 
 def _walk_tokens(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
@@ -554,7 +583,7 @@ def _walk_tokens(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
     if trie.has_duplicates:  # a repeated token takes its twin's result later
         single = trie.duplicate_of[tokens] < 0
         tokens, origin, state = tokens[single], origin[single], state[single]
-    return _walk_runs(walk, trie, origin, tokens, state,
+    return _walk_runs(walk, trie.runs, origin, tokens, state,
                       trie.token_offsets[tokens] + depth, trie.token_ends[tokens])
 
 
@@ -564,20 +593,19 @@ def _walk_whole(walk, trie: TokenTrie, origin: int, state: int):
     others are walked from their first break."""
     key = walk.loop_keys[walk.skip_ids[state]]
     whole, broken, first_break = trie.runs.whole_tokens(key, trie)
-    yield np.full(len(whole), origin, np.intp), whole, np.full(len(whole), state, np.intp)
-    yield from _walk_runs(walk, trie, np.full(len(broken), origin, np.intp), broken,
+    yield origin, whole, state
+    yield from _walk_runs(walk, trie.runs, np.full(len(broken), origin, np.intp), broken,
                           np.full(len(broken), state, np.intp), first_break.copy(),
                           trie.token_ends[broken])
 
 
-def _walk_runs(walk, trie: TokenTrie, origin: np.ndarray, tokens: np.ndarray,
+def _walk_runs(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarray,
                state: np.ndarray, position: np.ndarray, end: np.ndarray):
     """(origin, token) pairs in ``state`` at byte ``position`` of the token, walked to the
     token's ``end``: a pair whose state loops jumps to the first byte outside its loop set
     (``RunBreaks.next_break``), any other pair reads one byte; the pairs go together, one
     numpy pass per step. Inside a string almost every token ends in its first jump. Yields
     (origin, token, final state) for the tokens that survive."""
-    runs = trie.runs
     while len(tokens):
         compile_budget.check("the vocabulary walk")
         skip = walk.skip_ids[state]
@@ -630,21 +658,17 @@ def _walk_dense(walk, trie: TokenTrie, origins: np.ndarray, states: np.ndarray, 
             return
 
 
-def _add_duplicates(trie, duplicates, origin, tokens, final):
-    """A repeated token ends where its earlier twin ends (chains resolve in sorted order)."""
-    lookup = {}
-    for o, tok, s in zip(origin.tolist(), tokens.tolist(), final.tolist()):
-        lookup[(o, tok)] = s
-    extra = []
-    origins = sorted(set(origin.tolist()))
-    for i in duplicates.tolist():
-        twin = int(trie.duplicate_of[i])
-        for o in origins:
-            if (o, twin) in lookup:
-                lookup[(o, i)] = lookup[(o, twin)]
-                extra.append((o, i, lookup[(o, twin)]))
-    if not extra:
-        return origin, tokens, final
-    extra_o, extra_t, extra_s = (np.array(column) for column in zip(*extra))
-    return (np.concatenate([origin, extra_o]), np.concatenate([tokens, extra_t]),
-            np.concatenate([final, extra_s.astype(np.int32)]))
+def _add_duplicates(trie, origin, tokens, final):
+    """A repeated token ends where its earlier twin ends, for every origin that has the twin."""
+    repeats = np.flatnonzero(trie.duplicate_of >= 0)
+    n = trie.num_tokens
+    keys = origin * n + tokens
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    origins = np.unique(origin)
+    wanted = (origins[:, None] * n + trie.duplicate_root[repeats][None, :]).ravel()
+    at = np.minimum(np.searchsorted(sorted_keys, wanted), max(len(keys) - 1, 0))
+    hit = (sorted_keys[at] == wanted) if len(keys) else np.zeros(len(wanted), bool)
+    return (np.concatenate([origin, np.repeat(origins, len(repeats))[hit]]),
+            np.concatenate([tokens, np.tile(repeats, len(origins))[hit]]),
+            np.concatenate([final, final[order[at[hit]]]]))
