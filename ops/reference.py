@@ -57,6 +57,7 @@ from gxg import layout
 from gxg.layout import bitmask_words, pool_index_slot
 from gxg.compiler.completion import CompletionDistances, NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
+from gxg.compiler.mask_cache import ACCEPTED, UNCERTAIN, StateClasses
 from gxg.compiler.vocab_walk import DEAD, RunBreaks, VocabularyWalk
 from gxg.grammar_compiler import token_trie
 from gxg.compile_budget import CompileTimeoutError
@@ -65,6 +66,7 @@ from gxg.runtime import ErrorCode, RuntimeState
 
 MAX_WALK_STATES = 50_000  # the uncertain-token walk cache is rebuilt past this many states
 MAX_CACHED_STACKS = 4096  # (node, stack) answers kept for the uncertain-token check
+MAX_CACHED_PAIRS = 4096   # (node, node below) classifications kept for it
 # Past this many live stacks (a matcher that grew its limits) the fill decides the uncertain
 # tokens by accepts on the shared pool instead of one walk per stack from its full tuple.
 MAX_STACKS_WALKED = 64
@@ -172,6 +174,11 @@ class HostTables:
         # A cache: (node, stack) -> token ids among the node's uncertain tokens that the stack
         # accepts. The answer is a pure function of the key; bounded, cleared when full.
         self._uncertain_accepted: dict = {}
+        # A cache: (node, node below) -> the node's uncertain tokens decided by that frame
+        # (``context_pair``); pure, bounded, cleared when full. Stacks that differ deeper down
+        # (a right-recursive list adds a frame per item) share it.
+        self._pairs: dict = {}
+        self._escaping: Optional[Tuple[VocabularyWalk, StateClasses]] = None
         self._lock = threading.Lock()
 
     def uncertain_accepted(self, node: int, stack: Tuple[int, ...], sorted_indices) -> np.ndarray:
@@ -185,7 +192,7 @@ class HostTables:
                 if len(self._uncertain_accepted) >= MAX_CACHED_STACKS:
                     self._uncertain_accepted.clear()
                 try:
-                    hit = self.sorted_token_ids[_walk_from_stack(self, stack, sorted_indices)]
+                    hit = self._accepted_from_stack(node, stack, sorted_indices)
                 except CompileTimeoutError:  # a deadline, not an answer: not kept
                     raise
                 except GrammarError as refused:  # kept too: the walk is not repeated
@@ -193,6 +200,45 @@ class HostTables:
                 self._uncertain_accepted[key] = hit
         if isinstance(hit, GrammarError):
             raise hit
+        return hit
+
+    def _accepted_from_stack(self, node: int, stack: Tuple[int, ...], sorted_indices
+                             ) -> np.ndarray:
+        """Token ids among ``sorted_indices`` that ``stack`` accepts: those the frame below
+        the top decides (``context_pair``), then the rest walked from the whole stack."""
+        if len(stack) < 2 or self.has_counters:  # a counter frame is no return node
+            return self.sorted_token_ids[_walk_from_stack(self, stack, sorted_indices)]
+        accepted, still = self.context_pair(node, stack[-2], sorted_indices)
+        walked = self.sorted_token_ids[_walk_from_stack(self, stack, still)] if len(still) \
+            else still
+        return np.concatenate([accepted, walked])
+
+    def context_pair(self, node: int, below: int, sorted_indices: np.ndarray
+                     ) -> Tuple[np.ndarray, np.ndarray]:
+        """The node's uncertain tokens (``sorted_indices``) walked from the stack (below,
+        node), escaping past ``below`` into every caller as the mask cache does (no lookahead,
+        like the walk from whole stacks): (token ids accepted whatever lies under ``below``,
+        sorted indices still uncertain). The tokens left out are rejected. The same second
+        level as the device's context pairs (``gxg.compiler.mask_cache.build_context_pairs``),
+        computed when a stack first needs it; the caller holds the lock."""
+        key = (node, below)
+        hit = self._pairs.get(key)
+        if hit is None:
+            if len(self._pairs) >= MAX_CACHED_PAIRS:
+                self._pairs.clear()
+            if self._escaping is None or len(self._escaping[0].configs) > MAX_WALK_STATES:
+                v = self.vocabulary
+                walk = VocabularyWalk(StackWalker(self.automaton, escape_bottom=True,
+                                                  use_lookahead=False),
+                                      v.token_bytes, v.token_offsets, v.runs)
+                self._escaping = (walk, StateClasses(walk))
+            walk, classes_of = self._escaping
+            start = walk.intern(frozenset({((below, node), False, None)}))
+            classes = classes_of[walk.walk_pairs(np.full(len(sorted_indices), start, np.int32),
+                                                 sorted_indices)]
+            hit = (self.sorted_token_ids[sorted_indices[classes == ACCEPTED]],
+                   sorted_indices[classes == UNCERTAIN])
+            self._pairs[key] = hit
         return hit
 
     @property

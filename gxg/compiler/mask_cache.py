@@ -222,23 +222,34 @@ class MaskCache:
         return np.array([len(entry.uncertain) for entry in self.entries], dtype=np.int64)
 
 
-def classify_nodes(walk: VocabularyWalk, classes_of: "_StateClasses", trie: TokenTrie,
+def classify_nodes(walk: VocabularyWalk, classes_of: "StateClasses", trie: TokenTrie,
                    nodes: np.ndarray) -> List[NodeTokenMask]:
     """The entry of each node, from one trie walk of all of them: the tokens walked from it
     are accepted or uncertain (by the class of their final state); every other token is
     rejected."""
     starts = [walk.intern(walk.walker.initial((int(node),), as_top=True)) for node in nodes]
     parts = walk_trie_parts(walk, trie, np.array(starts, dtype=np.int32))
-    if len(nodes) == 1:  # a whole string's tokens stay one array and one class
-        return [_entry_of([(tokens, classes_of.of(states)) for _, tokens, states in parts],
-                          trie)]
-    origin, tokens, final_states = concatenated(parts)
-    classes = classes_of[final_states]
-    order = np.argsort(origin.astype(np.int16), kind="stable")  # a radix sort: O(n)
-    origin, tokens, classes = origin[order], tokens[order], classes[order]
-    bounds = np.searchsorted(origin, np.arange(len(nodes) + 1))
-    return [_entry_of([(tokens[bounds[i]: bounds[i + 1]], classes[bounds[i]: bounds[i + 1]])],
-                      trie) for i in range(len(nodes))]
+    # A part of one origin and one state (a run of a string's tokens) stays one array and
+    # one class; the parts of many origins are sorted by origin.
+    per_node: List[list] = [[] for _ in range(len(nodes))]
+    mixed = []
+    for part in parts:
+        if isinstance(part[0], int):
+            per_node[part[0]].append((part[1], classes_of.of(part[2])))
+        else:
+            mixed.append(part)
+    if len(nodes) == 1:
+        per_node[0].extend((tokens, classes_of[states]) for _, tokens, states in mixed)
+    elif mixed:
+        origin, tokens, final_states = concatenated(mixed)
+        classes = classes_of[final_states]
+        order = np.argsort(origin.astype(np.int16), kind="stable")  # a radix sort: O(n)
+        origin, tokens, classes = origin[order], tokens[order], classes[order]
+        bounds = np.searchsorted(origin, np.arange(len(nodes) + 1))
+        for i in range(len(nodes)):
+            per_node[i].append((tokens[bounds[i]: bounds[i + 1]],
+                                classes[bounds[i]: bounds[i + 1]]))
+    return [_entry_of(node_parts, trie) for node_parts in per_node]
 
 
 def _entry_of(parts, trie: TokenTrie) -> NodeTokenMask:
@@ -289,7 +300,7 @@ def _with_repeats(trie: TokenTrie, tokens: np.ndarray, classes: np.ndarray):
             np.concatenate([classes, classes[order[at[hit]]]]))
 
 
-class _StateClasses:
+class StateClasses:
     """Class of every state interned by one walk (extended as the walk interns more)."""
 
     def __init__(self, walk: VocabularyWalk):
@@ -362,7 +373,7 @@ class NodeClassifier:
         walker = StackWalker(automaton, escape_bottom=True, context_expansion=context_expansion)
         self.trie = trie
         self.walk = VocabularyWalk(walker)
-        self.classes_of = _StateClasses(self.walk)
+        self.classes_of = StateClasses(self.walk)
         self.automaton = automaton
         self.sorted_token_ids = sorted_token_ids
         if len(automaton.token_nodes) and sorted_token_ids is None:
@@ -602,7 +613,7 @@ def build_context_pairs(automaton: Automaton, cache: MaskCache, token_bytes: np.
                               token_bytes, token_offsets)
     bottom = VocabularyWalk(StackWalker(automaton, escape_bottom=False), token_bytes,
                             token_offsets)
-    classes_of = _StateClasses(escaping)
+    classes_of = StateClasses(escaping)
     below = below_nodes(automaton)
     pair_offsets = np.zeros(automaton.num_nodes + 1, dtype=np.int64)
     pairs_below, acc_parts, unc_parts = [], [], []

@@ -80,6 +80,7 @@ class VocabularyWalk:
         self.skip_ids = np.full(64, NO_LOOP, dtype=np.int32)
         self._loop_checked = np.zeros(64, dtype=bool)
         self.loop_keys: List[LoopKey] = []
+        self.loop_bytes: List[np.ndarray] = []  # bool [256] per key: its byte set
         self._loop_key_ids: Dict[LoopKey, int] = {}
 
     # ------------------------------------------------------------------ interning
@@ -160,6 +161,7 @@ class VocabularyWalk:
             if index is None:
                 index = self._loop_key_ids[key] = len(self.loop_keys)
                 self.loop_keys.append(key)
+                self.loop_bytes.append(row.copy())
             self.skip_ids[state] = index
 
     def _characters_loop(self, state: int) -> bool:
@@ -546,6 +548,13 @@ def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray)
         looped = states == parents[live]
         if looped.any():
             walk.note_loops(states[looped])
+        if d == 1 and len(states):
+            whole = _whole_below(walk, trie, states, nodes)
+            if whole.any():
+                found.extend(_walk_whole_below(walk, trie, origin[whole], states[whole],
+                                               nodes[whole]))
+                stay = ~whole
+                nodes, states, origin = nodes[stay], states[stay], origin[stay]
         if d >= RUNS_FROM_LEVEL:
             to_runs = walk.skip_ids[states] != NO_LOOP
             if to_runs.any():
@@ -597,6 +606,49 @@ def _walk_whole(walk, trie: TokenTrie, origin: int, state: int):
     yield from _walk_runs(walk, trie.runs, np.full(len(broken), origin, np.intp), broken,
                           np.full(len(broken), state, np.intp), first_break.copy(),
                           trie.token_ends[broken])
+
+
+def _whole_below(walk, trie: TokenTrie, states: np.ndarray, positions: np.ndarray
+                 ) -> np.ndarray:
+    """bool per first-byte prefix (level 1) reached in ``states``: does its state loop, with
+    few broken tokens, on a set that holds the prefix's (ASCII) byte? Then the tokens below
+    it are the key's whole and broken tokens in its range (``_walk_whole_below``). (The
+    states of level 1 are asked for their loops at once: level 2 reads their rows anyway.)"""
+    walk.note_loops(states)
+    key_ids = walk.skip_ids[states]
+    out = np.zeros(len(states), dtype=bool)
+    for key_id in np.unique(key_ids[key_ids != NO_LOOP]).tolist():
+        if not trie.runs.mostly_whole(walk.loop_keys[key_id], trie):
+            continue
+        byte_values = trie.level_byte[1][positions]
+        out |= (key_ids == key_id) & walk.loop_bytes[key_id][byte_values] & (byte_values < 0x80)
+    return out
+
+
+def _walk_whole_below(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
+                      positions: np.ndarray):
+    """The tokens below first-byte prefixes whose state loops on their byte (``_whole_below``):
+    a token inside one run from its first byte ends in the prefix's state as it is (a slice of
+    the key's whole tokens, no copy); the others are walked from their first break."""
+    lo, hi = trie.subtree(1, positions)
+    key_ids = walk.skip_ids[states]
+    for key_id in np.unique(key_ids).tolist():
+        chosen = np.flatnonzero(key_ids == key_id)
+        whole, broken, first_break = trie.runs.whole_tokens(walk.loop_keys[key_id], trie)
+        starts, stops = np.searchsorted(whole, lo[chosen]), np.searchsorted(whole, hi[chosen])
+        for i, a, b in zip(chosen.tolist(), starts.tolist(), stops.tolist()):
+            if b > a:
+                yield int(origin[i]), whole[a:b], int(states[i])
+        a, b = np.searchsorted(broken, lo[chosen]), np.searchsorted(broken, hi[chosen])
+        counts = b - a
+        cumulative = np.cumsum(counts)
+        picked = np.repeat(a - (cumulative - counts), counts)
+        picked += np.arange(int(cumulative[-1]) if len(counts) else 0)
+        if len(picked):
+            tokens = broken[picked]
+            yield from _walk_runs(walk, trie.runs, np.repeat(origin[chosen], counts), tokens,
+                                  np.repeat(states[chosen].astype(np.intp), counts),
+                                  first_break[picked].copy(), trie.token_ends[tokens])
 
 
 def _walk_runs(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarray,

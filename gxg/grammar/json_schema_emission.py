@@ -1211,7 +1211,10 @@ class GrammarEmitter:
             for char in name:
                 node = node.setdefault(ord(char), {})
             node[None] = {}  # end marker
-        tail = self.helper("json_chars_close", lambda: Sequence((Repeat(self.char_rule(), 0, None),
+        # The loop's unit is spelled inline, not called as json_char: a loop of rule calls
+        # leaves the mask cache a top inside the called rule at every character, where every
+        # token longer than one character is context-dependent and walked at run time.
+        tail = self.helper("json_chars_close", lambda: Sequence((Repeat(_unit(_ALL), 0, None),
                                                                   _lit('"'))))
 
         def after(node: dict) -> Expr:
