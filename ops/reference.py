@@ -178,6 +178,7 @@ class HostTables:
         # (``context_pair``); pure, bounded, cleared when full. Stacks that differ deeper down
         # (a right-recursive list adds a frame per item) share it.
         self._pairs: dict = {}
+        self._pairs_met: set = set()  # pairs walked once from a whole stack (bounded)
         self._escaping: Optional[Tuple[VocabularyWalk, StateClasses]] = None
         self._lock = threading.Lock()
 
@@ -206,7 +207,15 @@ class HostTables:
                              ) -> np.ndarray:
         """Token ids among ``sorted_indices`` that ``stack`` accepts: those the frame below
         the top decides (``context_pair``), then the rest walked from the whole stack."""
-        if len(stack) < 2 or self.has_counters:  # a counter frame is no return node
+        pair = (node, stack[-2]) if len(stack) >= 2 and not self.has_counters else None
+        if pair is None or (pair not in self._pairs and pair not in self._pairs_met):
+            # the bottom, a counter frame (no return node), or a pair met for the first time:
+            # one walk from the whole stack (a pair's own walk would cost as much again; a
+            # pair that comes back under another stack is worth it)
+            if pair is not None:
+                if len(self._pairs_met) >= MAX_CACHED_PAIRS:
+                    self._pairs_met.clear()
+                self._pairs_met.add(pair)
             return self.sorted_token_ids[_walk_from_stack(self, stack, sorted_indices)]
         accepted, still = self.context_pair(node, stack[-2], sorted_indices)
         walked = self.sorted_token_ids[_walk_from_stack(self, stack, still)] if len(still) \

@@ -2,7 +2,8 @@
 top's uncertain tokens: along random walks over the zoo, for every live top (..., r, n), the
 tokens accepted for the pair (n, r) plus those of its still-uncertain list that the full stack
 accepts equal the node's uncertain tokens that the full stack accepts. This is exactly what the
-GPU fill kernel relies on."""
+GPU fill kernel relies on; the CPU runtime computes the same pairs when a stack first needs them
+(``HostTables.context_pair``)."""
 from __future__ import annotations
 
 import random
@@ -56,6 +57,10 @@ def test_pairs_equal_full_uncertain_walk(name, ebnf, sentences):
                 want = set(info.sorted_token_ids[_walk_from_stack(tables, stack, uncertain)]
                            .tolist())
                 assert got == want, (name, stack)
+                if r >= 0:  # the CPU runtime's pair, computed when a stack needs it
+                    cpu_accepted, cpu_still = tables.context_pair(node, r, uncertain)
+                    assert set(cpu_accepted.tolist()) == accepted, (name, stack)
+                    np.testing.assert_array_equal(np.sort(cpu_still), np.sort(still))
                 checked += 1
             bitmask = allocate_token_bitmask(1, info.vocab_size)
             matcher.fill_next_token_bitmask(bitmask)

@@ -35,7 +35,9 @@ DEAD = 0
 UNKNOWN = -1
 MAX_STATES = 1 << 23  # keys state * 256 + byte fit in int32
 NO_LOOP = -1           # skip_ids: a state no byte leads back to (or not known to loop yet)
+CHARACTER_LOOP_MIN_ASCII = 32  # ASCII bytes a loop set needs before characters are tried
 WHOLE_BROKEN_SHARE = 0.25  # a looping start walks the whole vocabulary by runs below this
+WHOLE_BELOW_MIN_PREFIXES = 16  # first bytes that must reach a state before it is asked to loop
 SAMPLE_TOKENS = 2048   # tokens of the fixed sample that estimates a loop set's broken share
 
 # Well-formed UTF-8 sequences as byte ranges (RFC 3629, table 3-7): no overlongs, no
@@ -156,7 +158,12 @@ class VocabularyWalk:
         for state, row in zip(fresh.tolist(), loops):
             if not row.any():
                 continue
-            key = (np.packbits(row).tobytes(), self._characters_loop(state))
+            # Characters are asked about (their walks' closures cost ~0.1 ms a state) only
+            # for a state that loops on much of ASCII, as inside strings; a False is always
+            # correct (walks then break at every byte >= 0x80), only slower.
+            characters = (np.count_nonzero(row[:0x80]) >= CHARACTER_LOOP_MIN_ASCII
+                          and self._characters_loop(state))
+            key = (np.packbits(row).tobytes(), characters)
             index = self._loop_key_ids.get(key)
             if index is None:
                 index = self._loop_key_ids[key] = len(self.loop_keys)
@@ -612,9 +619,11 @@ def _whole_below(walk, trie: TokenTrie, states: np.ndarray, positions: np.ndarra
                  ) -> np.ndarray:
     """bool per first-byte prefix (level 1) reached in ``states``: does its state loop, with
     few broken tokens, on a set that holds the prefix's (ASCII) byte? Then the tokens below
-    it are the key's whole and broken tokens in its range (``_walk_whole_below``). (The
-    states of level 1 are asked for their loops at once: level 2 reads their rows anyway.)"""
-    walk.note_loops(states)
+    it are the key's whole and broken tokens in its range (``_walk_whole_below``). Only
+    states that many first bytes reach are asked for their loops here (a string's state is
+    reached by every letter); the others are found looping one level down, if they do."""
+    reached, counts = np.unique(states, return_counts=True)
+    walk.note_loops(reached[counts >= WHOLE_BELOW_MIN_PREFIXES])
     key_ids = walk.skip_ids[states]
     out = np.zeros(len(states), dtype=bool)
     for key_id in np.unique(key_ids[key_ids != NO_LOOP]).tolist():
