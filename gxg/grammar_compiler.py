@@ -96,7 +96,8 @@ class CompiledGrammar:
             info = self.tokenizer_info
             self._context_pairs = build_context_pairs(self.automaton, self.mask_cache,
                                                       info.token_bytes, info.token_offsets,
-                                                      info.sorted_token_ids)
+                                                      info.sorted_token_ids,
+                                                      runs=token_trie(info).runs)
         return self._context_pairs
 
     @property

@@ -182,9 +182,11 @@ def test_walk_of_a_repeated_token_takes_its_twin_result():
 
 @pytest.mark.parametrize("vocabulary", ["runs", "qwen"])
 @pytest.mark.parametrize("name,make_grammar", GRAMMARS, ids=[g[0] for g in GRAMMARS])
-def test_pair_walk_skipping_runs_equals_the_byte_by_byte_walk(vocabulary, name, make_grammar):
+def test_pair_walk_skipping_runs_equals_the_byte_by_byte_walk(vocabulary, name, make_grammar,
+                                                             monkeypatch):
     """``walk_pairs`` with the vocabulary's RunBreaks (the CPU runtime's uncertain-token
     check, from full stacks) gives every (state, token) pair's byte-by-byte final state."""
+    monkeypatch.setattr(vocab_walk, "RUNS_MIN_PAIRS", 0)  # skip runs however few the pairs
     info = _vocabulary(vocabulary)
     trie = token_trie(info)
     automaton = build_automaton(prepare(make_grammar()))

@@ -38,7 +38,8 @@ from gxg.grammar.ir import GrammarError
 from gxg.layout import bitmask_words
 from gxg.compiler.automaton import Automaton
 from gxg.compiler.stack_walk import StackWalker
-from gxg.compiler.vocab_walk import TokenTrie, VocabularyWalk, concatenated, walk_trie_parts
+from gxg.compiler.vocab_walk import (RunBreaks, TokenTrie, VocabularyWalk, concatenated,
+                                     walk_trie_parts)
 
 REJECTED, ACCEPTED, UNCERTAIN = 0, 1, 2
 NODES_PER_WALK = 64  # at most 2**15 for the int16 sort below; nodes walked through the trie together (bounds the walk's memory)
@@ -604,15 +605,17 @@ def below_nodes(automaton: Automaton) -> List[set]:
 
 def build_context_pairs(automaton: Automaton, cache: MaskCache, token_bytes: np.ndarray,
                         token_offsets: np.ndarray, sorted_token_ids: np.ndarray,
-                        nodes: Optional[Sequence[int]] = None) -> ContextPairs:
+                        nodes: Optional[Sequence[int]] = None,
+                        runs: Optional[RunBreaks] = None) -> ContextPairs:
     """The pairs of ``nodes`` (default: every scannable node; a node left out has none, and
-    the runtime walks all of its uncertain tokens from the real stack)."""
+    the runtime walks all of its uncertain tokens from the real stack). ``runs``: the
+    vocabulary's RunBreaks, for walks that skip runs (same pairs, faster)."""
     # ascending: the pairs are appended in node order (CSR)
     nodes = cache.nodes.tolist() if nodes is None else sorted({int(n) for n in nodes})
     escaping = VocabularyWalk(StackWalker(automaton, escape_bottom=True, use_lookahead=False),
-                              token_bytes, token_offsets)
+                              token_bytes, token_offsets, runs)
     bottom = VocabularyWalk(StackWalker(automaton, escape_bottom=False), token_bytes,
-                            token_offsets)
+                            token_offsets, runs)
     classes_of = StateClasses(escaping)
     below = below_nodes(automaton)
     pair_offsets = np.zeros(automaton.num_nodes + 1, dtype=np.int64)

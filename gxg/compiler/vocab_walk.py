@@ -38,6 +38,7 @@ NO_LOOP = -1           # skip_ids: a state no byte leads back to (or not known t
 CHARACTER_LOOP_MIN_ASCII = 32  # ASCII bytes a loop set needs before characters are tried
 WHOLE_BROKEN_SHARE = 0.25  # a looping start walks the whole vocabulary by runs below this
 WHOLE_BELOW_MIN_PREFIXES = 16  # first bytes that must reach a state before it is asked to loop
+RUNS_MIN_PAIRS = 4096  # walk_pairs skips runs from this many pairs on
 SAMPLE_TOKENS = 2048   # tokens of the fixed sample that estimates a loop set's broken share
 
 # Well-formed UTF-8 sequences as byte ranges (RFC 3629, table 3-7): no overlongs, no
@@ -191,11 +192,12 @@ class VocabularyWalk:
     # ------------------------------------------------------------------ the walk
     def walk_pairs(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Final state of each (state, sorted-token index) pair after all the token's bytes
-        (with ``runs``, skipping runs of looping states: ``_walk_runs``)."""
+        (with ``runs`` and at least RUNS_MIN_PAIRS pairs, skipping runs of looping states:
+        ``_walk_runs``; finding a state's loops costs more than a few pairs save)."""
         final = np.asarray(states, dtype=np.int32).copy()
         tokens = np.asarray(tokens, dtype=np.int64)
         live = np.nonzero((self.token_lengths[tokens] > 0) & (final != DEAD))[0]
-        if self.runs is not None:
+        if self.runs is not None and len(live) >= RUNS_MIN_PAIRS:
             walked, starts = tokens[live], final[live].astype(np.intp)
             final[live] = DEAD  # unless a run of parts below reaches the token's end
             for pairs, _, reached in _walk_runs(self, self.runs, live, walked, starts,
