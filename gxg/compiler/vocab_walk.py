@@ -295,6 +295,7 @@ class TokenTrie:
         self.level_creator = creators
         self._subtree_end: Dict[int, np.ndarray] = {}  # per level, computed on first use
         self.runs = RunBreaks(data, offsets)
+        self.runs.utf8_break  # per-vocabulary work (~30 ms for Qwen): done with the trie
         # Dense walks read every node of a level: its parent (a position in the level above)
         # and the positions that end a token.
         self.level_parent = [np.zeros(0, np.int64)]
@@ -365,13 +366,17 @@ class RunBreaks:
             self._utf8 = _utf8_characters(self.data, self.offsets)
         return self._utf8
 
-    def _breaks_at(self, key: LoopKey, positions: np.ndarray) -> np.ndarray:
+    def _breaks_at(self, key: LoopKey, positions: Optional[np.ndarray]) -> np.ndarray:
+        """bool per byte position (None: every position): is it a break?"""
         bits, utf8 = key
-        in_set = np.unpackbits(np.frombuffer(bits, np.uint8)).astype(bool)
+        outside = ~np.unpackbits(np.frombuffer(bits, np.uint8)).astype(bool)
         if utf8:
-            in_set[0x80:] = True
-            return ~in_set[self.data[positions]] | self.utf8_break[positions]
-        return ~in_set[self.data[positions]]
+            outside[0x80:] = False
+        data = self.data if positions is None else self.data[positions]
+        breaks = outside[data]
+        if utf8:
+            breaks |= self.utf8_break if positions is None else self.utf8_break[positions]
+        return breaks
 
     def table(self, key: LoopKey) -> np.ndarray:
         """int32 [bytes + 1]: ``next_break`` of every position (bytes: none)."""
@@ -381,7 +386,7 @@ class RunBreaks:
                 self._tables.move_to_end(key)
                 return table
         n = len(self.data)
-        breaks = np.append(np.flatnonzero(self._breaks_at(key, np.arange(n))), n)
+        breaks = np.append(np.flatnonzero(self._breaks_at(key, None)), n)
         table = np.repeat(breaks.astype(np.int32), np.diff(breaks, prepend=-1))
         if key[1]:  # utf8: no run starts inside a character
             tails = np.flatnonzero(self.utf8_tail)
