@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
@@ -74,6 +74,7 @@ class VocabularyWalk:
         self._next_node = walker.automaton.next_node
         self._class_members = [np.nonzero(byte_class == c)[0]
                                for c in range(int(byte_class.max()) + 1)]
+        self._dead_bytes: Dict[FrozenSet[int], np.ndarray] = {}  # per set of tops (a cache)
         self.configs: List[Config] = [EMPTY_CONFIG]
         self._ids: Dict[Config, int] = {EMPTY_CONFIG: DEAD}
         self._transition = np.full(64 * 256, UNKNOWN, dtype=np.int32)  # [state * 256 + byte]
@@ -109,14 +110,16 @@ class VocabularyWalk:
     def _mark_dead_bytes(self, state: int, config: Config) -> None:
         """Bytes that no element of the configuration can scan lead to DEAD: fill them in
         one assignment instead of running the closure for each."""
-        tops = [stack[-1] for stack, _, _ in config if stack]
+        tops = frozenset(stack[-1] for stack, _, _ in config if stack)
         if not tops or -1 in tops:  # END only (nothing scans), or ANYTHING (everything does)
             if not tops:
                 self._transition[state * 256: state * 256 + 256] = DEAD
             return
-        scannable = (self._next_node[tops] >= 0).any(axis=0)
-        dead = ~scannable[self._byte_class_array]
-        self._transition[state * 256 + np.flatnonzero(dead)] = DEAD
+        dead = self._dead_bytes.get(tops)
+        if dead is None:  # configurations share their tops: one numpy pass per set of tops
+            scannable = (self._next_node[sorted(tops)] >= 0).any(axis=0)
+            dead = self._dead_bytes[tops] = np.flatnonzero(~scannable[self._byte_class_array])
+        self._transition[state * 256 + dead] = DEAD
 
     def transitions(self, states: np.ndarray, byte_values: np.ndarray) -> np.ndarray:
         """``transition[states, bytes]``, computing the entries never needed before."""
@@ -133,7 +136,7 @@ class VocabularyWalk:
             # A step depends on the byte only through its class: compute one byte per
             # (state, class) and fill the whole class.
             members = self._class_members
-            for key in np.unique(keys[missing]).tolist():
+            for key in sorted(set(keys[missing].tolist())):
                 if self._transition[key] != UNKNOWN:
                     continue  # filled with an earlier byte of the same class
                 state, byte = divmod(key, 256)
