@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import gxg
-from gxg.grammar_compiler import CompiledGrammar, GrammarCompiler
+from gxg.grammar_compiler import CompiledGrammar, DeserializeFormatError, GrammarCompiler
 from gxg.matcher import (
     GrammarMatcher, GrammarRuntimeError, allocate_token_bitmask, apply_token_bitmask_inplace,
     get_bitmask_shape,
@@ -257,6 +257,29 @@ def test_serialize_round_trip(abc):
     other = TokenizerInfo([b"a", b"b"], VocabType.RAW)
     with pytest.raises(RuntimeError, match="different tokenizer"):
         CompiledGrammar.deserialize(compiled.serialize(), other)
+
+
+def test_npz_archives_of_earlier_versions_are_still_read(abc):
+    """gxg-2 wrote the same header and arrays as a NumPy .npz archive."""
+    import io
+    import json
+
+    from gxg.grammar_compiler import _unpack
+    info, compiled = abc
+    header, arrays = _unpack(compiled.serialize())
+    buffer = io.BytesIO()
+    np.savez(buffer, header=np.frombuffer(json.dumps({**header, "version": "gxg-2"}).encode(),
+                                          dtype=np.uint8), **arrays)
+    again = CompiledGrammar.deserialize(buffer.getvalue(), info)
+    assert again.serialize() == compiled.serialize()
+
+
+@pytest.mark.parametrize("cut", [3, 20, -5])
+def test_damaged_serialized_bytes_are_a_format_error(abc, cut):
+    info, compiled = abc
+    data = compiled.serialize()
+    with pytest.raises(DeserializeFormatError):
+        CompiledGrammar.deserialize(data[:cut], info)
 
 
 def test_compiler_cache_and_empty_vocabulary():
