@@ -148,6 +148,11 @@ class CompiledGrammar:
             arrays[f"cache.{part}.offsets"] = np.cumsum([0] + [len(v) for v in values])
             arrays[f"cache.{part}"] = (np.concatenate(values) if values else
                                        np.zeros(0, np.uint32 if part == "bitset" else np.int32))
+        # The completion distances go along: binding needs them (the arena's budget tables),
+        # and a grammar compiled in another process should not compute them again.
+        completion = self.completion
+        arrays["completion.node_distance"] = completion.node_distance
+        arrays["completion.rule_length"] = completion.rule_length
         text, root = (self._grammar if isinstance(self._grammar, tuple)
                       else (str(self._grammar), self._grammar.root_rule_name))
         header = {
@@ -158,6 +163,7 @@ class CompiledGrammar:
             "root_rule": self.automaton.root_rule,
             "num_sorted": self.mask_cache.num_sorted,
             "tokenizer": _tokenizer_fingerprint(self.tokenizer_info),
+            "completion_max_rise": completion.max_rise,
         }
         return _pack(header, arrays)
 
@@ -195,7 +201,13 @@ class CompiledGrammar:
             NodeClassifier(automaton, token_trie(tokenizer_info),  # for the entries not kept
                            sorted_token_ids=tokenizer_info.sorted_token_ids)
         cache = MaskCache(int(header["num_sorted"]), nodes, classify, entries)
-        return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
+        completion = None
+        if "completion.node_distance" in archive:  # gxg-3; earlier versions compute them
+            completion = CompletionDistances(archive["completion.node_distance"],
+                                             archive["completion.rule_length"],
+                                             int(header["completion_max_rise"]))
+        return CompiledGrammar(grammar, tokenizer_info, automaton, cache,
+                               _completion=completion)
 
 
 def _pack(header: dict, arrays: dict) -> bytes:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import gxg
+from gxg.compiler.completion import completion_distances
 from gxg.grammar_compiler import CompiledGrammar, DeserializeFormatError, GrammarCompiler
 from gxg.matcher import (
     GrammarMatcher, GrammarRuntimeError, allocate_token_bitmask, apply_token_bitmask_inplace,
@@ -254,6 +255,10 @@ def test_serialize_round_trip(abc):
     m1.fill_next_token_bitmask(a)
     m2.fill_next_token_bitmask(b)
     assert torch.equal(a, b)
+    kept, computed = again.completion, completion_distances(compiled.automaton)
+    np.testing.assert_array_equal(kept.node_distance, computed.node_distance)
+    np.testing.assert_array_equal(kept.rule_length, computed.rule_length)
+    assert kept.max_rise == computed.max_rise
     other = TokenizerInfo([b"a", b"b"], VocabType.RAW)
     with pytest.raises(RuntimeError, match="different tokenizer"):
         CompiledGrammar.deserialize(compiled.serialize(), other)
