@@ -833,6 +833,9 @@ def main() -> None:
             "loop cpu us/tok": s["loop_cpu_us_per_token"], "wall s": s["wall_s"]})
     print(f"\n{len(files)} files; tokenizer qwen ({info.vocab_size} ids); time limit "
           f"{args.time_limit:g} s per schema; tests: {dict(text_stats)}")
+    if not table:
+        sys.exit("maskbench: no engine ran, nothing to summarise (gxg-gpu needs a CUDA "
+                 "device)")
     print_table(table, list(table[0]))
     if pairs:
         print("schemas passing on both: " + ", ".join(f"{k} {v}" for k, v in pairs.items()))

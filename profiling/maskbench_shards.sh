@@ -38,12 +38,19 @@ for engine in "${engines[@]}"; do
   [[ $engine != gxg-gpu ]] && cpu+=("$engine")
 done
 joined=$(IFS=,; echo "${cpu[*]}")
-python3 profiling/maskbench.py --engines "$joined" --data "$data" --resume --summarize-only \
-  --out "$out/maskbench.json" > "$out/summary.txt" 2>&1
+if [[ -n $joined ]]; then
+  python3 profiling/maskbench.py --engines "$joined" --data "$data" --resume --summarize-only \
+    --out "$out/maskbench.json" > "$out/summary.txt" 2>&1
+fi
 if [[ " ${engines[*]} " == *" gxg-gpu "* ]]; then
-  # gxg-gpu beside the CPU ops on the files both finished
+  # gxg-gpu beside the CPU ops on the files both finished, or alone (a plan without gxg)
+  gpu_engines=gxg-gpu
   cp "$out/maskbench.gxg-gpu.rows.jsonl" "$out/maskbench_gpu.gxg-gpu.rows.jsonl"
-  cp "$out/maskbench.gxg.rows.jsonl" "$out/maskbench_gpu.gxg.rows.jsonl"
-  python3 profiling/maskbench.py --engines gxg-gpu,gxg --data "$data" --resume --summarize-only \
-    --out "$out/maskbench_gpu.json" > "$out/summary_gpu.txt" 2>&1
+  if [[ " ${engines[*]} " == *" gxg "* ]]; then
+    cp "$out/maskbench.gxg.rows.jsonl" "$out/maskbench_gpu.gxg.rows.jsonl"
+    gpu_engines=gxg-gpu,gxg
+  fi
+  python3 profiling/maskbench.py --engines "$gpu_engines" --data "$data" --resume \
+    --summarize-only --out "$out/maskbench_gpu.json" > "$out/summary_gpu.txt" 2>&1
+  [[ -n $joined ]] || cp "$out/summary_gpu.txt" "$out/summary.txt"
 fi
