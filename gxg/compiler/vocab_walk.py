@@ -57,6 +57,14 @@ UTF8_SEQUENCES = (
 LoopKey = Tuple[bytes, bool]  # (the 256-bit loop byte set, every UTF-8 character loops too)
 
 
+def concatenated_ranges(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """lo[0] .. lo[0]+counts[0]-1, lo[1] .. lo[1]+counts[1]-1, ... as one intp array."""
+    cumulative = np.cumsum(counts)
+    out = np.repeat(lo - (cumulative - counts), counts).astype(np.intp)
+    out += np.arange(int(cumulative[-1]) if len(counts) else 0)
+    return out
+
+
 class VocabularyWalk:
     def __init__(self, walker: StackWalker, token_bytes: Optional[np.ndarray] = None,
                  token_offsets: Optional[np.ndarray] = None,
@@ -449,9 +457,8 @@ class RunBreaks:
     def _search(self, key: LoopKey, positions: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         distinct = np.unique(tokens)
         starts = self.offsets[distinct]
-        lengths = self.offsets[distinct + 1] - starts
-        inside = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
-        inside += np.arange(len(inside))  # every byte position of the distinct tokens
+        # every byte position of the distinct tokens
+        inside = concatenated_ranges(starts, self.offsets[distinct + 1] - starts)
         breaks = np.append(inside[self._breaks_at(key, inside)], len(self.data))
         return breaks[np.searchsorted(breaks, positions)]
 
@@ -547,13 +554,9 @@ def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray)
         compile_budget.check("the vocabulary walk")
         lo = trie.level_child_lo[d - 1][nodes]
         counts = trie.level_child_hi[d - 1][nodes] - lo
-        ends_cumulative = np.cumsum(counts)
-        total = int(ends_cumulative[-1]) if len(counts) else 0
-        if total == 0:
+        if not counts.any():
             break
-        # positions lo..hi-1 of every live parent, concatenated
-        children = np.repeat(lo - (ends_cumulative - counts), counts)
-        children += np.arange(total)
+        children = concatenated_ranges(lo, counts)  # positions lo..hi-1 of every live parent
         parents = np.repeat(states, counts)
         targets = walk.transitions(parents, trie.level_byte[d][children])
         live = np.flatnonzero(targets)  # DEAD == 0
@@ -601,9 +604,7 @@ def _walk_tokens(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
     """The tokens [lo, hi) below prefixes of length ``depth`` reached in ``states``, one
     (origin, token) pair each, walked to their ends by ``_walk_runs``."""
     counts = hi - lo
-    cumulative = np.cumsum(counts)
-    tokens = np.repeat(lo - (cumulative - counts), counts)
-    tokens += np.arange(int(cumulative[-1]) if len(counts) else 0)
+    tokens = concatenated_ranges(lo, counts)
     origin = np.repeat(origin, counts)
     state = np.repeat(states.astype(np.intp), counts)  # intp: indexing with it casts nothing
     if trie.has_duplicates:  # a repeated token takes its twin's result later
@@ -614,15 +615,10 @@ def _walk_tokens(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
 
 
 def _walk_whole(walk, trie: TokenTrie, origin: int, state: int):
-    """Every token from a start ``state`` that loops with few broken tokens (``WHOLE_RUNS``):
-    the tokens inside one run end in ``state`` as they are (a list kept per loop set), the
-    others are walked from their first break."""
-    key = walk.loop_keys[walk.skip_ids[state]]
-    whole, broken, first_break = trie.runs.whole_tokens(key, trie)
-    yield origin, whole, state
-    yield from _walk_runs(walk, trie.runs, np.full(len(broken), origin, np.intp), broken,
-                          np.full(len(broken), state, np.intp), first_break.copy(),
-                          trie.token_ends[broken])
+    """Every token from a start ``state`` that loops with few broken tokens
+    (``RunBreaks.mostly_whole``): the whole vocabulary as one range of ``_walk_whole_ranges``."""
+    return _walk_whole_ranges(walk, trie, np.array([origin]), np.array([state]),
+                              np.array([0]), np.array([trie.num_tokens]))
 
 
 def _whole_below(walk, trie: TokenTrie, states: np.ndarray, positions: np.ndarray
@@ -647,9 +643,16 @@ def _whole_below(walk, trie: TokenTrie, states: np.ndarray, positions: np.ndarra
 def _walk_whole_below(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
                       positions: np.ndarray):
     """The tokens below first-byte prefixes whose state loops on their byte (``_whole_below``):
-    a token inside one run from its first byte ends in the prefix's state as it is (a slice of
-    the key's whole tokens, no copy); the others are walked from their first break."""
-    lo, hi = trie.subtree(1, positions)
+    their ranges of ``_walk_whole_ranges`` (the prefix's byte lies inside the run)."""
+    return _walk_whole_ranges(walk, trie, origin, states, *trie.subtree(1, positions))
+
+
+def _walk_whole_ranges(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
+                       lo: np.ndarray, hi: np.ndarray):
+    """The sorted tokens [lo, hi) of each origin, in a looping state whose run their bytes so
+    far did not leave: a token inside one run from its first byte ends in that state as it is
+    (a slice of the loop set's whole tokens, no copy); the others are walked from their first
+    break (``_walk_runs``)."""
     key_ids = walk.skip_ids[states]
     for key_id in np.unique(key_ids).tolist():
         chosen = np.flatnonzero(key_ids == key_id)
@@ -660,9 +663,7 @@ def _walk_whole_below(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndar
                 yield int(origin[i]), whole[a:b], int(states[i])
         a, b = np.searchsorted(broken, lo[chosen]), np.searchsorted(broken, hi[chosen])
         counts = b - a
-        cumulative = np.cumsum(counts)
-        picked = np.repeat(a - (cumulative - counts), counts)
-        picked += np.arange(int(cumulative[-1]) if len(counts) else 0)
+        picked = concatenated_ranges(a, counts)
         if len(picked):
             tokens = broken[picked]
             yield from _walk_runs(walk, trie.runs, np.repeat(origin[chosen], counts), tokens,
