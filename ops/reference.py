@@ -57,7 +57,7 @@ from gxg import layout
 from gxg.layout import bitmask_words, pool_index_slot
 from gxg.compiler.completion import CompletionDistances, NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
-from gxg.compiler.mask_cache import ACCEPTED, UNCERTAIN, StateClasses
+from gxg.compiler.mask_cache import StateClasses, classify_pair
 from gxg.compiler.vocab_walk import DEAD, RunBreaks, VocabularyWalk
 from gxg.grammar_compiler import token_trie
 from gxg.compile_budget import CompileTimeoutError
@@ -228,8 +228,8 @@ class HostTables:
         node), escaping past ``below`` into every caller as the mask cache does (no lookahead,
         like the walk from whole stacks): (token ids accepted whatever lies under ``below``,
         sorted indices still uncertain). The tokens left out are rejected. The same second
-        level as the device's context pairs (``gxg.compiler.mask_cache.build_context_pairs``),
-        computed when a stack first needs it; the caller holds the lock."""
+        level as the device's context pairs (``gxg.compiler.mask_cache.classify_pair``),
+        computed when first asked for; the caller holds the lock."""
         key = (node, below)
         hit = self._pairs.get(key)
         if hit is None:
@@ -241,13 +241,8 @@ class HostTables:
                                                   use_lookahead=False),
                                       v.token_bytes, v.token_offsets, v.runs)
                 self._escaping = (walk, StateClasses(walk))
-            walk, classes_of = self._escaping
-            start = walk.intern(frozenset({((below, node), False, None)}))
-            classes = classes_of[walk.walk_pairs(np.full(len(sorted_indices), start, np.int32),
-                                                 sorted_indices)]
-            hit = (self.sorted_token_ids[sorted_indices[classes == ACCEPTED]],
-                   sorted_indices[classes == UNCERTAIN])
-            self._pairs[key] = hit
+            accepted, still = classify_pair(*self._escaping, node, below, sorted_indices)
+            hit = self._pairs[key] = (self.sorted_token_ids[accepted], still)
         return hit
 
     @property

@@ -603,6 +603,17 @@ def below_nodes(automaton: Automaton) -> List[set]:
     return below
 
 
+def classify_pair(escaping: VocabularyWalk, classes_of: StateClasses, node: int, below: int,
+                  uncertain: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """One pair's second level: the node's ``uncertain`` sorted indices walked from the stack
+    (below, node) by an escaping walk (``escape_bottom=True, use_lookahead=False``): (accepted
+    whatever lies under ``below``, still uncertain); the others are rejected."""
+    start = escaping.intern(frozenset({((below, node), False, None)}))
+    classes = classes_of[escaping.walk_pairs(np.full(len(uncertain), start, np.int32),
+                                             uncertain)]
+    return uncertain[classes == ACCEPTED], uncertain[classes == UNCERTAIN]
+
+
 def build_context_pairs(automaton: Automaton, cache: MaskCache, token_bytes: np.ndarray,
                         token_offsets: np.ndarray, sorted_token_ids: np.ndarray,
                         nodes: Optional[Sequence[int]] = None,
@@ -631,11 +642,7 @@ def build_context_pairs(automaton: Automaton, cache: MaskCache, token_bytes: np.
                 final = bottom.walk_pairs(np.full(len(uncertain), start, np.int32), uncertain)
                 accepted, still = uncertain[final != 0], uncertain[:0]
             else:
-                start = escaping.intern(frozenset({((r, node), False, None)}))
-                final = escaping.walk_pairs(np.full(len(uncertain), start, np.int32),
-                                            uncertain)
-                classes = classes_of[final]
-                accepted, still = uncertain[classes == ACCEPTED], uncertain[classes == UNCERTAIN]
+                accepted, still = classify_pair(escaping, classes_of, node, r, uncertain)
             pairs_below.append(r)
             acc_parts.append(np.sort(sorted_token_ids[accepted]).astype(np.int32))
             unc_parts.append(still.astype(np.int32))
