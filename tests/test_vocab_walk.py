@@ -53,7 +53,9 @@ def runs_vocab(seed=0):
         cut = rng.randrange(len(data) + 1)
         tokens.update({data, data[:cut], data[cut:]})  # cuts break characters
     vocab = sorted(t for t in tokens if t)
-    return vocab + [vocab[100], b"", b"</s>"]  # a repeat of an earlier token, empty, stop
+    # repeats of earlier tokens (one inside strings, two that start JSON values), an empty
+    # token, the stop token
+    return vocab + [vocab[100], b'"', b"{", b"", b"</s>"]
 
 
 def _vocabulary(name):
@@ -202,3 +204,24 @@ def test_pair_walk_skipping_runs_equals_the_byte_by_byte_walk(vocabulary, name, 
         np.testing.assert_array_equal(walk.walk_pairs(states, everything), by_bytes,
                                       err_msg=f"node {node}")
     assert any(key_id != NO_LOOP for key_id in walk.skip_ids.tolist())
+
+
+@pytest.mark.parametrize("name,make_grammar", GRAMMARS, ids=[g[0] for g in GRAMMARS])
+def test_masks_over_a_vocabulary_with_a_repeated_token_equal_the_brute_force(name,
+                                                                            make_grammar):
+    """Entries give a repeated token its twin's class, on both ways an entry is built (few
+    tokens: sorted lists; many: one class per token)."""
+    from gxg.grammar_compiler import GrammarCompiler
+    from gxg.matcher import GrammarMatcher
+    from mask_oracles import brute_force_mask, matcher_mask
+    info = make_info(runs_vocab())
+    compiled = GrammarCompiler(info, cache_enabled=False).compile_grammar(make_grammar())
+    matcher = GrammarMatcher(compiled)
+    rng = random.Random(name)
+    for _ in range(6):
+        mask = matcher_mask(matcher, info.vocab_size)
+        np.testing.assert_array_equal(mask, brute_force_mask(matcher))
+        allowed = [t for t in np.flatnonzero(mask).tolist() if t not in matcher.stop_token_ids]
+        if not allowed:
+            break
+        assert matcher.accept_token(rng.choice(allowed))

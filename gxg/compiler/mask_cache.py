@@ -38,8 +38,8 @@ from gxg.grammar.ir import GrammarError
 from gxg.layout import bitmask_words
 from gxg.compiler.automaton import Automaton
 from gxg.compiler.stack_walk import StackWalker
-from gxg.compiler.vocab_walk import (RunBreaks, TokenTrie, VocabularyWalk, concatenated,
-                                     walk_trie_parts)
+from gxg.compiler.vocab_walk import (RunBreaks, TokenTrie, VocabularyWalk, add_repeats,
+                                     concatenated, walk_trie_parts)
 
 REJECTED, ACCEPTED, UNCERTAIN = 0, 1, 2
 NODES_PER_WALK = 64  # at most 2**15 for the int16 sort below; nodes walked through the trie together (bounds the walk's memory)
@@ -264,7 +264,8 @@ def _entry_of(parts, trie: TokenTrie) -> NodeTokenMask:
         classes = (np.concatenate([np.broadcast_to(c, t.shape) for t, c in parts])
                    if parts else np.zeros(0, np.int8))
         if trie.has_duplicates:
-            tokens, classes = _with_repeats(trie, tokens, classes)
+            _, tokens, classes = add_repeats(trie, np.zeros(len(tokens), np.intp), tokens,
+                                             classes)
         accepted = np.sort(tokens[classes == ACCEPTED]).astype(np.int32)
         uncertain = np.sort(tokens[classes == UNCERTAIN]).astype(np.int32)
         return adaptive_entry(accepted, uncertain, num_sorted)
@@ -287,18 +288,6 @@ def _entry_of(parts, trie: TokenTrie) -> NodeTokenMask:
         rejected = np.flatnonzero(by_token == REJECTED).astype(np.int32)
         return NodeTokenMask(store, rejected, no_words, uncertain)
     return NodeTokenMask(store, no_indices, _bitset_words(accepted, num_sorted), uncertain)
-
-
-def _with_repeats(trie: TokenTrie, tokens: np.ndarray, classes: np.ndarray):
-    """Add each repeated token whose twin is among ``tokens``, with the twin's class."""
-    repeats = np.flatnonzero(trie.duplicate_of >= 0)
-    order = np.argsort(tokens)
-    ordered = tokens[order]
-    roots = trie.duplicate_root[repeats]
-    at = np.minimum(np.searchsorted(ordered, roots), max(len(ordered) - 1, 0))
-    hit = ordered[at] == roots if len(ordered) else np.zeros(len(roots), bool)
-    return (np.concatenate([tokens, repeats[hit]]),
-            np.concatenate([classes, classes[order[at[hit]]]]))
 
 
 class StateClasses:

@@ -501,7 +501,7 @@ def walk_trie(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray):
     """
     origin, tokens, final = concatenated(walk_trie_parts(walk, trie, starts))
     if trie.has_duplicates:
-        origin, tokens, final = _add_duplicates(trie, origin, tokens, final)
+        origin, tokens, final = add_repeats(trie, origin, tokens, final)
     return origin, tokens, final
 
 
@@ -730,8 +730,9 @@ def _walk_dense(walk, trie: TokenTrie, origins: np.ndarray, states: np.ndarray, 
             return
 
 
-def _add_duplicates(trie, origin, tokens, final):
-    """A repeated token ends where its earlier twin ends, for every origin that has the twin."""
+def add_repeats(trie, origin, tokens, values):
+    """Each repeated token (``TokenTrie.duplicate_of``) added with its earlier twin's value
+    (final state, class ...), for every origin that has the twin."""
     repeats = np.flatnonzero(trie.duplicate_of >= 0)
     n = trie.num_tokens
     keys = origin * n + tokens
@@ -743,4 +744,4 @@ def _add_duplicates(trie, origin, tokens, final):
     hit = (sorted_keys[at] == wanted) if len(keys) else np.zeros(len(wanted), bool)
     return (np.concatenate([origin, np.repeat(origins, len(repeats))[hit]]),
             np.concatenate([tokens, np.tile(repeats, len(origins))[hit]]),
-            np.concatenate([final, final[order[at[hit]]]]))
+            np.concatenate([values, values[order[at[hit]]]]))
