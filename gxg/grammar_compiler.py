@@ -393,7 +393,9 @@ class GrammarCompiler:
                        strict_mode=strict_mode, max_whitespace_cnt=max_whitespace_cnt,
                        any_order=any_order, coerce_one_of=coerce_one_of,
                        any_string_spelling=any_string_spelling)
-        key = ("json_schema", _schema_key(schema), tuple(sorted(options.items())))
+        # the key (a json.dumps of the schema) only when there is a cache to look it up in
+        key = (("json_schema", _schema_key(schema), tuple(sorted(options.items())))
+               if self.cache_enabled else None)
         return self._compiled(key, lambda: Grammar.from_json_schema(schema, **options))
 
     def compile_builtin_json_grammar(self) -> CompiledGrammar:
@@ -421,7 +423,7 @@ class GrammarCompiler:
             lark_string, named_grammars=named_grammars, tokenizer_info=self.tokenizer_info))
 
     # ------------------------------------------------------------------ cache
-    def _compiled(self, key: tuple, make_grammar) -> CompiledGrammar:
+    def _compiled(self, key: Optional[tuple], make_grammar) -> CompiledGrammar:
         if not self.cache_enabled:
             trie = self._token_trie()  # per vocabulary, not per compile: outside the deadline
             with compile_budget.within(self.compile_timeout), gc_paused():

@@ -823,3 +823,89 @@ def test_utf8_sequences_for_a_single_range_are_sorted_and_disjoint():
                               ((0xE1, 0xEC), (0x80, 0xBF), (0x80, 0xBF)),
                               ((0xED, 0xED), (0x80, 0x9F), (0x80, 0xBF)),
                               ((0xEE, 0xEF), (0x80, 0xBF), (0x80, 0xBF))]
+
+
+# ----------------------------------------------------------------------------- rule DFA cache
+
+
+def same_tables(a: Automaton, b: Automaton) -> bool:
+    for field in dataclasses.fields(Automaton):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if isinstance(x, np.ndarray):
+            if x.dtype != y.dtype or not np.array_equal(x, y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def renamed(grammar: Grammar, prefix: str) -> Grammar:
+    """The same grammar with every rule renamed and the non-root rules in reverse order, so
+    that every reference has another rule id."""
+    from gxg.grammar.combine import rename_refs
+    mapping = {rule.name: prefix + rule.name for rule in grammar.rules}
+    rules = [Rule(mapping[r.name], rename_refs(r.body, mapping),
+                  rename_refs(r.lookahead, mapping), r.max_tokens) for r in grammar.rules]
+    return Grammar((rules[0], *reversed(rules[1:])), mapping[grammar.root_rule_name])
+
+
+CACHE_CASES = sorted(ZOO) + ["builtin JSON"]
+
+
+def prepared(name: str) -> Grammar:
+    from gxg.compiler.passes import prepare
+    return prepare(Grammar.builtin_json_grammar() if name == "builtin JSON" else ebnf(ZOO[name][0]))
+
+
+@pytest.mark.parametrize("name", CACHE_CASES)
+def test_cached_rule_dfas_equal_fresh_builds(name):
+    """A build whose rules all come from the cache, filled by a grammar with other rule names
+    and ids, has exactly the tables of a build with an empty cache."""
+    from gxg.compiler.automaton import clear_rule_dfa_cache
+    grammar = prepared(name)
+    assert grammar.pruned
+    clear_rule_dfa_cache()
+    cold = build_automaton(grammar)
+    clear_rule_dfa_cache()
+    build_automaton(prepared_other := prepare_renamed(grammar))
+    warm = build_automaton(grammar)
+    assert same_tables(cold, warm)
+    clear_rule_dfa_cache()
+    assert same_tables(build_automaton(prepared_other), build_automaton(prepared_other))
+
+
+def prepare_renamed(grammar: Grammar) -> Grammar:
+    from gxg.compiler.passes import prepare
+    return prepare(renamed(grammar, "other_"))
+
+
+def test_cached_rule_dfa_keeps_the_node_limits():
+    """A rule found in the cache is held to this build's limits: the same errors as without."""
+    from gxg.compiler.automaton import clear_rule_dfa_cache
+    from gxg.compiler.passes import prepare
+    grammar = prepare(ebnf('root ::= [ab]* "a" [ab]{6}'))
+    clear_rule_dfa_cache()
+    build_automaton(grammar)  # 128 states after determinising, in the cache now
+    with pytest.raises(GrammarError, match=r"determinising it needs more than"):
+        build_automaton(grammar, max_nodes=100)
+    long = prepare(ebnf('root ::= "x" ("ab"{40} | "c")'))
+    build_automaton(long)
+    with pytest.raises(GrammarError, match=r"would need \d+ automaton nodes, more than the"):
+        build_automaton(long, max_nodes=50)
+
+
+def test_pruned_grammars_skip_the_dead_part_check_without_changing_tables():
+    """prepare's output is pruned (remove_dead_rules); building it as if it were not (the
+    automaton's own productivity check, no rule DFA cache) gives the same tables. A grammar
+    with dead parts is not marked until the pass has removed them."""
+    from gxg.compiler.passes import prepare, remove_dead_rules
+    from gxg.compiler.automaton import clear_rule_dfa_cache
+    raw = ebnf(ZOO["dead alternatives"][0])
+    assert not raw.pruned
+    assert remove_dead_rules(raw).pruned and remove_dead_rules(raw) != raw
+    for name in CACHE_CASES:
+        grammar = prepared(name)
+        clear_rule_dfa_cache()
+        assert same_tables(build_automaton(grammar),
+                           build_automaton(dataclasses.replace(grammar, pruned=False))), name
+    assert not prepare(ebnf('root ::= "x" root')).pruned  # the empty language: MATCHES_NOTHING

@@ -372,8 +372,13 @@ def test_empty_language_becomes_a_root_that_matches_nothing(text):
 
 
 def test_remove_dead_rules_returns_clean_grammar_unchanged():
+    """A clean grammar comes back equal, its rules the same objects, and marked pruned; a
+    pruned grammar with nothing unreachable comes back as it is."""
     grammar = ebnf('root ::= a "x"\na ::= "y" a | ""')
-    assert remove_dead_rules(grammar) is grammar
+    result = remove_dead_rules(grammar)
+    assert result == grammar and not grammar.pruned and result.pruned
+    assert all(a is b for a, b in zip(result.rules, grammar.rules))
+    assert remove_dead_rules(result) is result
 
 
 def test_remove_dead_rules_keeps_untouched_rules_as_they_are():
@@ -437,7 +442,7 @@ def test_analyses_are_iterative_on_long_chains():
     assert len(nullable_rules(grammar)) == 1
     assert len(productive_rules(grammar)) == n + 1
     assert find_left_recursion(grammar) == []
-    assert remove_dead_rules(grammar) is grammar
+    assert remove_dead_rules(grammar) == grammar
     assert eliminate_left_recursion(grammar) is grammar
     inline_small_rules(grammar)
 

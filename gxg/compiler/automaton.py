@@ -107,9 +107,11 @@ Construction (``build_automaton``)
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import gc
+import threading
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Sequence as Seq, Tuple
 
@@ -1316,12 +1318,14 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     fragments: Dict[CharClass, _ClassFragment] = {}
     dfas: List[_RuleDfa] = []
     budget = max_nodes
+    is_minimal: List[bool] = []
     for name, body in zip(names, bodies):
         compile_budget.check("the automaton", name)
-        nfa = _NfaBuilder(name, rule_ids, max_nodes, fragments, token_rule_ids).build(body)
-        dfa = _determinise(nfa, name, budget, max_nodes)
-        budget -= dfa.num_states
+        dfa, subsets, minimal = _rule_dfa(name, body, rule_ids, max_nodes, fragments,
+                                          token_rule_ids, budget, grammar.pruned)
+        budget -= subsets
         dfas.append(dfa)
+        is_minimal.append(minimal)
     token_sets: List[TokenSet] = list(token_rule_ids)
     for token_set in token_sets:
         names.append(_token_rule_name(token_set, taken))
@@ -1339,13 +1343,14 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
             lookahead.append(-1)
         dfas.extend(_counter_rule_dfa() for _ in range(max_tokens))
 
-    # 3-4: dead parts, then minimisation
-    if not _nothing_can_be_dead(bodies, rule_ids, fragments):
+    # 3-4: dead parts, then minimisation (a pruned grammar has none: Grammar.pruned)
+    if not grammar.pruned and not _nothing_can_be_dead(bodies, rule_ids, fragments):
         _prune_dead(dfas)
     minimal = []
-    for dfa in dfas:
+    for index, dfa in enumerate(dfas):
         compile_budget.check("the automaton's minimisation")
-        minimal.append(_minimise(dfa))
+        done = index < len(is_minimal) and is_minimal[index]
+        minimal.append(dfa if done else _minimise(dfa))
     dfas = minimal
 
     # 5: tables
@@ -1404,6 +1409,94 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
         token_set_negated=np.array([ts.negated for ts in token_sets], dtype=bool),
         token_count_next=token_count_next,
     )
+
+
+# ----------------------------------------------------------------------------- rule DFA cache
+
+#: Minimal DFAs of rule bodies, shared by every compile of the process: a cache (bounded, least
+#: recently used first out, behind a lock; ``clear_rule_dfa_cache`` empties it). Grammars of
+#: one family repeat rules (JSON Schema: strings, numbers, whitespace, the same object shapes):
+#: about half of the rules of 202 MaskBench schemas were found here. The key is the body with
+#: its rule references numbered by first use (``_body_key``); a hit gets its references'
+#: letters back. A rule's DFA depends on the body only through that key: letters are keys of
+#: dictionaries in insertion order, never ordered by value, so a hit equals a fresh build.
+RULE_DFA_CACHE_SIZE = 4096
+_rule_dfas: "collections.OrderedDict[tuple, _CachedRuleDfa]" = collections.OrderedDict()
+_rule_dfas_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _CachedRuleDfa:
+    dfa: _RuleDfa     # minimal; reference k of the key has the letter _ref_letter(k)
+    nfa_states: int   # what _NfaBuilder.build checked against max_nodes
+    subsets: int      # states before minimisation: what the node budget counts
+
+
+def clear_rule_dfa_cache() -> None:
+    """Forget every cached rule DFA (tests; memory)."""
+    with _rule_dfas_lock:
+        _rule_dfas.clear()
+
+
+def _body_key(body: Expr) -> Optional[Tuple[tuple, List[str]]]:
+    """(key, the referenced rules in first-use order) of a rule body: its expressions in
+    pre-order, a reference as -1 - its first-use number. None for a body with a token set (the
+    builder numbers those as it meets them, across rules)."""
+    names: Dict[str, int] = {}
+    out: list = []
+    stack: List[Expr] = [body]
+    while stack:  # iterative: expression nesting may be deep
+        expr = stack.pop()
+        if isinstance(expr, (Literal, CharClass)):
+            out.append(expr)
+        elif isinstance(expr, RuleRef):
+            out.append(-1 - names.setdefault(expr.name, len(names)))
+        elif isinstance(expr, Sequence):
+            out.append(("S", len(expr.items)))
+            stack.extend(reversed(expr.items))
+        elif isinstance(expr, Choice):
+            out.append(("A", len(expr.alternatives)))
+            stack.extend(reversed(expr.alternatives))
+        elif isinstance(expr, Repeat):
+            out.append(("R", expr.min, expr.max))
+            stack.append(expr.expr)
+        else:
+            return None
+    return tuple(out), list(names)
+
+
+def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
+              fragments: Dict[CharClass, _ClassFragment], token_rule_ids: Dict[TokenSet, int],
+              budget: int, cacheable: bool) -> Tuple[_RuleDfa, int, bool]:
+    """(the rule's DFA, the states it counts against the budget, is it minimal already). From
+    the cache when ``cacheable`` (a grammar with no dead parts, so no pruning comes between
+    determinising and minimising) and the cached build fits ``max_nodes`` and ``budget`` (else
+    the build runs and raises as it always does)."""
+    key = _body_key(body) if cacheable else None
+    if key is not None:
+        with _rule_dfas_lock:
+            hit = _rule_dfas.get(key[0])
+            if hit is not None:
+                _rule_dfas.move_to_end(key[0])
+        if hit is not None and hit.nfa_states <= max_nodes and hit.subsets <= budget:
+            letter = {_ref_letter(k): _ref_letter(rule_ids[ref]) for k, ref in enumerate(key[1])}
+            moves = [{(letter[c] if c < 0 else c): target for c, target in move.items()}
+                     for move in hit.dfa.moves]
+            return _RuleDfa(list(hit.dfa.cuts), moves, list(hit.dfa.final)), hit.subsets, True
+    builder = _NfaBuilder(name, rule_ids, max_nodes, fragments, token_rule_ids)
+    dfa = _determinise(builder.build(body), name, budget, max_nodes)
+    if key is None:
+        return dfa, dfa.num_states, False
+    minimal = _minimise(dfa)
+    number = {_ref_letter(rule_ids[ref]): _ref_letter(k) for k, ref in enumerate(key[1])}
+    stored = _RuleDfa(list(minimal.cuts),
+                      [{(number[c] if c < 0 else c): target for c, target in move.items()}
+                       for move in minimal.moves], list(minimal.final))
+    with _rule_dfas_lock:
+        _rule_dfas[key[0]] = _CachedRuleDfa(stored, builder.sizes[id(body)], dfa.num_states)
+        while len(_rule_dfas) > RULE_DFA_CACHE_SIZE:
+            _rule_dfas.popitem(last=False)
+    return minimal, dfa.num_states, True
 
 
 def _counter_chains(budgeted: List[Tuple[int, int, int]], counters_base: int, starts: List[int],

@@ -545,13 +545,16 @@ def remove_dead_rules(grammar: Grammar) -> Grammar:
          that derives no finite string: alternatives that need a non-productive rule or a
          class with no code points, and ``e*``/``e?`` of such an ``e`` (which become ``""``).
          A lookahead whose language is empty is dropped (a lookahead never changes the
-         language). Rule order, names and the root are kept.
+         language). Rule order, names and the root are kept. The result is ``pruned``
+         (``Grammar.pruned``); a grammar that already is only loses its unreachable rules.
 
     Empty language: when the root itself derives nothing (``root ::= root``,
     ``root ::= "x" root``), the result is the single rule ``root ::= MATCHES_NOTHING`` (no
     lookahead). This follows XGrammar, which compiles such grammars and then allows no token;
     raising an error instead would reject grammars XGrammar accepts.
     """
+    if grammar.pruned:  # nothing derives nothing: only the unreachable rules can go
+        return _remove_unreachable_rules(grammar)
     productive = productive_rules(grammar)
     root = grammar.root_rule_name
     if root not in productive:
@@ -581,9 +584,25 @@ def remove_dead_rules(grammar: Grammar) -> Grammar:
                            and lookaheads[rule.name] is rule.lookahead)
                   else rule.replaced(bodies[rule.name], lookaheads[rule.name])
                   for rule in grammar.rules if rule.name in reachable)
-    if len(rules) == len(grammar.rules) and all(a is b for a, b in zip(rules, grammar.rules)):
+    return Grammar(rules, root, pruned=True)
+
+
+def _remove_unreachable_rules(grammar: Grammar) -> Grammar:
+    """``remove_dead_rules`` of a grammar that is already ``pruned``: the rules that the root
+    reaches (through bodies and lookaheads), no body rewritten."""
+    rules = {rule.name: rule for rule in grammar.rules}
+    reachable = {grammar.root_rule_name}
+    pending = [grammar.root_rule_name]
+    while pending:
+        rule = rules[pending.pop()]
+        for ref in (*rule.refs, *iter_rule_refs(rule.lookahead)):
+            if ref not in reachable:
+                reachable.add(ref)
+                pending.append(ref)
+    if len(reachable) == len(rules):
         return grammar
-    return Grammar(rules, root)
+    return Grammar(tuple(rule for rule in grammar.rules if rule.name in reachable),
+                   grammar.root_rule_name, pruned=True)
 
 
 def _prune(expr: Expr, productive: Set[str]) -> Optional[Expr]:
@@ -666,8 +685,9 @@ def inline_small_rules(grammar: Grammar, *,
                 inlinable[name] = rule.body
     if not changed:
         return grammar
+    # a pruned grammar stays pruned: an inlined body derives what its reference did
     return Grammar(tuple(changed.get(rule.name, rule) for rule in grammar.rules),
-                   grammar.root_rule_name)
+                   grammar.root_rule_name, pruned=grammar.pruned)
 
 
 def _inline_into(expr: Expr, inlinable: Dict[str, Expr], max_result_size: int) -> Expr:
@@ -714,7 +734,7 @@ def wrap_root(grammar: Grammar) -> Grammar:
         counter += 1
         name = f"{ROOT_WRAPPER}_{counter}"
     wrapper = Rule(name, RuleRef(grammar.root_rule_name))
-    return Grammar((wrapper, *grammar.rules), name)
+    return Grammar((wrapper, *grammar.rules), name, pruned=grammar.pruned)
 
 
 def _unwrap_root(grammar: Grammar) -> Grammar:

@@ -204,10 +204,16 @@ class Rule:
 
 @dataclass(frozen=True, slots=True)
 class Grammar:
-    """A set of rules and the name of the root rule. Every referenced rule is defined."""
+    """A set of rules and the name of the root rule. Every referenced rule is defined.
+
+    ``pruned`` (not part of equality): every rule derives some finite string and no part of a
+    body or lookahead derives none, as ``gxg.compiler.passes.remove_dead_rules`` leaves a
+    grammar; the passes that keep that true pass it on, and the automaton builder then skips
+    its own check. False only means "not known"."""
 
     rules: Tuple[Rule, ...]
     root_rule_name: str = "root"
+    pruned: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         rules = tuple(self.rules)
