@@ -89,6 +89,7 @@ class HostVocabulary:
     sorted_token_ids  int64 [S]    token id of sorted index i
     bytes_by_id       bytes per id: what accepting the id consumes (ids past its end: padding)
     is_stop           bool  [V]
+    stop_token_ids    int64 [stops]  the ids where is_stop is set, ascending
     special           bool  [V]    never accepted: empty non-stop tokens and padding
     ids_by_length     int64 [V]    token ids by byte length, longest first
     lengths_by_id     int64 [V]    byte length of each id (0 outside the sorted vocabulary)
@@ -104,6 +105,12 @@ class HostVocabulary:
     ids_by_length: np.ndarray
     lengths_by_id: np.ndarray
     runs: Optional[RunBreaks] = None  # the vocabulary's run tables (shared with the compiler's)
+
+    @functools.cached_property
+    def stop_token_ids(self) -> np.ndarray:
+        ids = np.flatnonzero(self.is_stop)
+        ids.flags.writeable = False  # shared by every grammar's tables
+        return ids
 
 
 # A cache, per TokenizerInfo (weakly held) and stop-token tuple: every grammar compiled for a
@@ -163,7 +170,7 @@ class HostTables:
         self.words = bitmask_words(self.vocab_size)
         self.decoded_vocab = v.bytes_by_id
         self.sorted_token_ids = v.sorted_token_ids
-        self.stop_token_ids = np.flatnonzero(v.is_stop)
+        self.stop_token_ids = v.stop_token_ids
         self.special = v.special
         self.is_stop = v.is_stop
         self._walk: Optional[VocabularyWalk] = None

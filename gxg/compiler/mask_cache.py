@@ -458,7 +458,8 @@ class NodeMasks:
 
     def __init__(self, cache: MaskCache, sorted_token_ids: np.ndarray, vocab_size: int):
         self.cache = cache
-        self.sorted_token_ids = sorted_token_ids.astype(np.intp)  # indexes without a cast
+        # indexes without a cast (no copy when the ids already are intp, as the tokenizer's are)
+        self.sorted_token_ids = np.asarray(sorted_token_ids, dtype=np.intp)
         self.words = bitmask_words(vocab_size)
         self._rows: Dict[int, np.ndarray] = {}
 
