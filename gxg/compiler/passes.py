@@ -669,20 +669,22 @@ def inline_small_rules(grammar: Grammar, *,
     """
     graph = _reference_graph(grammar)
     rules = {rule.name: rule for rule in grammar.rules}
-    inlinable: Dict[str, Expr] = {}
+    inlinable: Dict[str, Tuple[Expr, int]] = {}  # name -> (body, its IR nodes)
     changed: Dict[str, Rule] = {}
     for component in strongly_connected_components(grammar.rule_names, graph):
         for name in component:
             rule = rules[name]
-            body = _inline_into(rule.body, inlinable, max_result_size)
+            body = _inline_into(rule.body, rule.refs, inlinable, max_result_size)
             lookahead = (None if rule.lookahead is None
-                         else _inline_into(rule.lookahead, inlinable, max_result_size))
+                         else _inline_into(rule.lookahead, tuple(iter_rule_refs(rule.lookahead)),
+                                           inlinable, max_result_size))
             if body is not rule.body or lookahead is not rule.lookahead:
                 rule = changed[name] = rule.replaced(body, lookahead)  # normalises them once
-            if (not _is_cycle(component, graph) and name != grammar.root_rule_name
-                    and rule.lookahead is None and rule.max_tokens is None and expr_size(rule.body) <= max_rule_size
-                    and next(iter_rule_refs(rule.body), None) is None):
-                inlinable[name] = rule.body
+            if (not rule.refs and rule.lookahead is None and rule.max_tokens is None
+                    and name != grammar.root_rule_name and not _is_cycle(component, graph)):
+                size = _size_up_to(rule.body, max_rule_size + 1)
+                if size <= max_rule_size:
+                    inlinable[name] = (rule.body, size)
     if not changed:
         return grammar
     # a pruned grammar stays pruned: an inlined body derives what its reference did
@@ -690,17 +692,31 @@ def inline_small_rules(grammar: Grammar, *,
                    grammar.root_rule_name, pruned=grammar.pruned)
 
 
-def _inline_into(expr: Expr, inlinable: Dict[str, Expr], max_result_size: int) -> Expr:
-    """``expr`` with references to inlinable rules replaced, left to right, while the result
-    has at most ``max_result_size`` nodes; ``expr`` itself when it references none (the
-    caller builds a ``Rule``, which normalises a new body once)."""
+def _size_up_to(expr: Expr, limit: int) -> int:
+    """``expr_size(expr)``, or ``limit`` when it has at least that many nodes (stops there)."""
+    size = 0
+    for _ in iter_subexprs(expr):
+        size += 1
+        if size >= limit:
+            break
+    return size
+
+
+def _inline_into(expr: Expr, refs: Tuple[str, ...], inlinable: Dict[str, Tuple[Expr, int]],
+                 max_result_size: int) -> Expr:
+    """``expr`` (whose rule references are ``refs``) with references to inlinable rules
+    replaced, left to right, while the result has at most ``max_result_size`` nodes; ``expr``
+    itself when it references none (the caller builds a ``Rule``, which normalises a new body
+    once)."""
+    if not any(ref in inlinable for ref in refs):
+        return expr
     budget = [max_result_size - expr_size(expr)]
 
     def rebuild(node: Expr) -> Expr:
         if isinstance(node, RuleRef):
-            body = inlinable.get(node.name)
-            if body is not None and expr_size(body) - 1 <= budget[0]:
-                budget[0] -= expr_size(body) - 1
+            body, size = inlinable.get(node.name, (None, 0))
+            if body is not None and size - 1 <= budget[0]:
+                budget[0] -= size - 1
                 return body
             return node
         if isinstance(node, Sequence):
@@ -711,9 +727,6 @@ def _inline_into(expr: Expr, inlinable: Dict[str, Expr], max_result_size: int) -
             return Repeat(rebuild(node.expr), node.min, node.max)
         return node
 
-    if not any(isinstance(node, RuleRef) and node.name in inlinable
-               for node in iter_subexprs(expr)):
-        return expr
     return rebuild(expr)
 
 
