@@ -13,7 +13,8 @@ The layout (order, dtypes, shapes, alignment) is ``gxg.layout``'s; nothing here 
 """
 from __future__ import annotations
 
-from typing import Dict, Iterator, Tuple
+import functools
+from typing import Dict, Tuple
 
 import numpy as np
 import torch
@@ -21,14 +22,25 @@ import torch
 from gxg import layout
 
 
-def _spans(blob: str, dims: Dict[str, int]) -> Iterator[Tuple[str, int, int, Tuple[int, ...]]]:
-    """(name, byte offset, byte count, shape) of every buffer of ``blob``."""
+def _spans(blob: str, dims: Dict[str, int]) -> Tuple[Tuple[str, int, int, Tuple[int, ...], str], ...]:
+    """(name, byte offset, byte count, shape, dtype) of every buffer of ``blob``."""
+    return _span_table(blob, tuple(sorted(dims.items())))
+
+
+# A cache (bounded): the CPU ops view their blobs on every call, and the dimension values of a
+# batch or arena change only when it grows.
+@functools.lru_cache(maxsize=256)
+def _span_table(blob: str, dims_key: Tuple[Tuple[str, int], ...]):
+    dims = dict(dims_key)
     offsets, _ = layout.blob_layout(blob, dims)
     full = layout.with_counts(dims)
+    spans = []
     for name, start in offsets.items():
         shape = layout.shape_of(name, full)
-        count = int(np.prod(shape, dtype=np.int64)) * layout.DTYPE_BYTES[layout.buffer(name).dtype]
-        yield name, start, count, shape
+        dtype = layout.buffer(name).dtype
+        count = int(np.prod(shape, dtype=np.int64)) * layout.DTYPE_BYTES[dtype]
+        spans.append((name, start, count, shape, dtype))
+    return tuple(spans)
 
 
 def allocate(blob: str, dims: Dict[str, int], device, rows: int
@@ -38,16 +50,15 @@ def allocate(blob: str, dims: Dict[str, int], device, rows: int
     rows = max(1, rows)
     data = torch.zeros((rows, max(1, -(-nbytes // rows))), dtype=torch.uint8, device=device)
     flat = data.view(-1)
-    return data, {name: flat[start: start + count]
-                  .view(getattr(torch, layout.buffer(name).dtype)).view(shape)
-                  for name, start, count, shape in _spans(blob, dims)}
+    return data, {name: flat[start: start + count].view(getattr(torch, dtype)).view(shape)
+                  for name, start, count, shape, dtype in _spans(blob, dims)}
 
 
 def numpy_views(data: np.ndarray, blob: str, dims: Dict[str, int]) -> Dict[str, np.ndarray]:
     """The buffers of a blob held as a numpy uint8 array (a CPU blob's ``.numpy()``)."""
     flat = data.reshape(-1)
-    return {name: flat[start: start + count].view(layout.buffer(name).dtype).reshape(shape)
-            for name, start, count, shape in _spans(blob, dims)}
+    return {name: flat[start: start + count].view(dtype).reshape(shape)
+            for name, start, count, shape, dtype in _spans(blob, dims)}
 
 
 def header_dims(runtime: np.ndarray) -> Dict[str, int]:

@@ -64,9 +64,10 @@ class CompletionDistances:
 
 
 def completion_distances(automaton: Automaton) -> CompletionDistances:
-    distance = _node_distances(automaton)
+    edges = _one_step_edges(automaton)  # read by both passes
+    distance = _node_distances(automaton, edges)
     rule_length = distance[automaton.rule_start]
-    return CompletionDistances(distance, rule_length, _max_rise(automaton, distance))
+    return CompletionDistances(distance, rule_length, _max_rise(automaton, distance, edges))
 
 
 def _one_step_edges(automaton: Automaton):
@@ -79,18 +80,21 @@ def _one_step_edges(automaton: Automaton):
             np.concatenate([targets, automaton.token_next[token_nodes]]))
 
 
-def _byte_predecessors(automaton: Automaton):
-    """For each node, the nodes with a one-step edge into it (CSR: offsets, sources)."""
-    sources, targets = _one_step_edges(automaton)
-    pairs = np.unique(np.stack([targets, sources], axis=1), axis=0)
-    offsets = np.searchsorted(pairs[:, 0], np.arange(automaton.num_nodes + 1))
-    return offsets, pairs[:, 1]
+def _byte_predecessors(automaton: Automaton, edges):
+    """For each node, the nodes with a one-step edge (``edges``) into it (CSR: offsets,
+    sources)."""
+    sources, targets = edges
+    n = max(automaton.num_nodes, 1)
+    # distinct (target, source) pairs in order, as one int64 key each (a 1-D unique)
+    keys = np.unique(targets.astype(np.int64) * n + sources)
+    offsets = np.searchsorted(keys // n, np.arange(automaton.num_nodes + 1))
+    return offsets, keys % n
 
 
-def _node_distances(automaton: Automaton) -> np.ndarray:
+def _node_distances(automaton: Automaton, edges) -> np.ndarray:
     a = automaton
     n = a.num_nodes
-    pred_offsets, pred_sources = _byte_predecessors(a)
+    pred_offsets, pred_sources = _byte_predecessors(a, edges)
     ref_source = np.repeat(np.arange(n), np.diff(a.ref_offsets))
     ref_start = a.rule_start[a.ref_rule]
     ref_return = a.ref_return
@@ -100,8 +104,8 @@ def _node_distances(automaton: Automaton) -> np.ndarray:
         waiting[start].append(edge)
         if ret != start:
             waiting[ret].append(edge)
-    distance = np.full(n, UNREACHABLE, dtype=np.int64)
-    done = np.zeros(n, dtype=bool)
+    distance = [UNREACHABLE] * n  # Python lists: the loop reads them one item at a time
+    done = [False] * n
     heap = [(0, node) for node in np.flatnonzero(a.is_final).tolist()]
     heapq.heapify(heap)
     pred_offsets, pred_sources = pred_offsets.tolist(), pred_sources.tolist()
@@ -118,11 +122,11 @@ def _node_distances(automaton: Automaton) -> np.ndarray:
         for edge in waiting[node]:
             start, ret, source = ref_start[edge], ref_return[edge], ref_source[edge]
             if done[start] and done[ret] and not done[source]:
-                heapq.heappush(heap, (int(distance[start] + distance[ret]), source))
-    return np.minimum(distance, UNREACHABLE).astype(np.int32)
+                heapq.heappush(heap, (distance[start] + distance[ret], source))
+    return np.minimum(np.array(distance, dtype=np.int64), UNREACHABLE).astype(np.int32)
 
 
-def _max_rise(automaton: Automaton, distance: np.ndarray) -> int:
+def _max_rise(automaton: Automaton, distance: np.ndarray, edges) -> int:
     """A bound on one byte's rise of one stack's distance, or ``NO_RISE_BOUND``."""
     a = automaton
     d = distance.astype(np.int64)
@@ -146,7 +150,7 @@ def _max_rise(automaton: Automaton, distance: np.ndarray) -> int:
         closure = updated
     else:
         return NO_RISE_BOUND
-    sources, targets = _one_step_edges(a)
+    sources, targets = edges
     if not len(sources):
         return 0
     rise = d[targets] - d[sources] + closure[targets]
