@@ -436,3 +436,25 @@ def test_a_thousand_prefix_items_compile():
     assert recognizer.accepts(json.dumps([1] * 999).encode())
     assert not recognizer.accepts(json.dumps([1] * 997).encode())
     assert not recognizer.accepts(json.dumps([1] * 1001).encode())
+
+
+# Schemas whose merges put patterns and internal regexes on both sides, in both key orders (a
+# merge once kept only one side's regexes: the first schema, found by the property test above,
+# accepted every string starting with "a").
+MERGED_PATTERNS = [
+    {"if": {"not": {"pattern": "^a"}}, "then": {"patternProperties": {"^x": {"type": "integer"}}},
+     "else": {"allOf": [{"pattern": "b$"}, {"pattern": "^a"}]}},
+    {"allOf": [{"pattern": "^a"}, {"allOf": [{"pattern": "b$"}, {"pattern": "c"}]}]},
+    {"allOf": [{"allOf": [{"pattern": "b$"}, {"pattern": "c"}]}, {"pattern": "^a"}]},
+    {"allOf": [{"not": {"not": {"pattern": "^a"}}}, {"allOf": [{"pattern": "b$"}, {"pattern": "c"}]}]},
+    {"allOf": [{"allOf": [{"pattern": "^a"}, {"pattern": "c"}]},
+               {"allOf": [{"pattern": "b$"}, {"pattern": "^.{3}$"}]}]},
+]
+MERGED_DOCUMENTS = ['"a"', '"ab"', '"acb"', '"cab"', '"acc"', '"ac"', '"abc"', '"b"']
+
+
+@pytest.mark.parametrize("schema", MERGED_PATTERNS, ids=range(len(MERGED_PATTERNS)))
+def test_merged_patterns_all_hold(schema):
+    grammar = recognizer(schema, strict_mode=False, any_order=True)
+    for document in MERGED_DOCUMENTS:
+        assert grammar.accepts(document.encode()) == valid(schema, document), (schema, document)

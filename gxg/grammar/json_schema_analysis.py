@@ -503,7 +503,10 @@ class SchemaAnalysis:
             if key in object_keys or key in array_keys:
                 continue
             if key not in a or key not in b:
-                out[key] = a[key] if key in a else b[key]
+                value = a[key] if key in a else b[key]
+                if key == "x-gxg-regexes" and key in out:  # a pattern merged before added some
+                    value = list(out[key]) + [list(r) for r in value]
+                out[key] = value
                 continue
             x, y = a[key], b[key]
             if key == "type":
@@ -538,7 +541,9 @@ class SchemaAnalysis:
                 else:
                     out[key] = x
             elif key in ("pattern", "format", "x-gxg-regexes"):
-                out[key] = x
+                # (x-gxg-regexes keeps what a pattern or format merged before added to it)
+                out[key] = (list(out.get(key, [])) + [list(r) for r in x]
+                            if key == "x-gxg-regexes" else x)
                 if canonical(x) != canonical(y):  # both must hold: keep the second as internal
                     extra = string_regexes({key: y}, ptr)
                     out["x-gxg-regexes"] = list(out.get("x-gxg-regexes", [])) + [list(r) for r in extra]
