@@ -134,7 +134,8 @@ from gxg.grammar.ir import (
     TokenSet,
 )
 
-__all__ = ["Automaton", "build_automaton", "DEFAULT_MAX_NODES", "utf8_byte_sequences"]
+__all__ = ["Automaton", "build_automaton", "clear_rule_dfa_cache", "DEFAULT_MAX_NODES",
+           "utf8_byte_sequences"]
 
 # Limit on automaton nodes, checked per repetition (NFA states once unrolled) and per grammar
 # (DFA nodes). An unrolled {m,n} costs about n copies of its body: a JSON string with maxLength
