@@ -4,6 +4,9 @@ In:  a ``Grammar`` that has been through ``gxg.compiler.passes`` (no left recurs
      that nothing references, no dead rules).
 Out: an ``Automaton``: flat numpy tables, the layout that the mask cache, the CPU runtime and
      the GPU kernels all read.
+Caches (process-wide, bounded, each saying so where it is defined): the class fragments, and
+the minimal DFAs of rule bodies, which grammars of one family repeat (``clear_rule_dfa_cache``).
+A ``Grammar.pruned`` grammar (``prepare``'s output) skips the dead-part check.
 
 The machine
 -----------
