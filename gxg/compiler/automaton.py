@@ -125,6 +125,7 @@ from gxg import compile_budget
 BUDGET_CHECK_EVERY = 1024  # rounds of a long loop between two checks of the compile deadline
 from gxg.grammar.ir import (
     children,
+    iter_subexprs,
     CharClass,
     Choice,
     Expr,
@@ -1448,25 +1449,27 @@ def _body_key(body: Expr) -> Optional[Tuple[tuple, List[str]]]:
     builder numbers those as it meets them, across rules)."""
     names: Dict[str, int] = {}
     out: list = []
-    stack: List[Expr] = [body]
-    while stack:  # iterative: expression nesting may be deep
-        expr = stack.pop()
+    for expr in iter_subexprs(body):  # pre-order, iterative
         if isinstance(expr, (Literal, CharClass)):
             out.append(expr)
         elif isinstance(expr, RuleRef):
             out.append(-1 - names.setdefault(expr.name, len(names)))
         elif isinstance(expr, Sequence):
             out.append(("S", len(expr.items)))
-            stack.extend(reversed(expr.items))
         elif isinstance(expr, Choice):
             out.append(("A", len(expr.alternatives)))
-            stack.extend(reversed(expr.alternatives))
         elif isinstance(expr, Repeat):
             out.append(("R", expr.min, expr.max))
-            stack.append(expr.expr)
         else:
             return None
     return tuple(out), list(names)
+
+
+def _relettered(dfa: _RuleDfa, letter: Dict[int, int]) -> _RuleDfa:
+    """A copy of ``dfa`` with its reference letters (< 0) mapped through ``letter``."""
+    moves = [{(letter[c] if c < 0 else c): target for c, target in move.items()}
+             for move in dfa.moves]
+    return _RuleDfa(list(dfa.cuts), moves, list(dfa.final))
 
 
 def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
@@ -1484,18 +1487,14 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
                 _rule_dfas.move_to_end(key[0])
         if hit is not None and hit.nfa_states <= max_nodes and hit.subsets <= budget:
             letter = {_ref_letter(k): _ref_letter(rule_ids[ref]) for k, ref in enumerate(key[1])}
-            moves = [{(letter[c] if c < 0 else c): target for c, target in move.items()}
-                     for move in hit.dfa.moves]
-            return _RuleDfa(list(hit.dfa.cuts), moves, list(hit.dfa.final)), hit.subsets, True
+            return _relettered(hit.dfa, letter), hit.subsets, True
     builder = _NfaBuilder(name, rule_ids, max_nodes, fragments, token_rule_ids)
     dfa = _determinise(builder.build(body), name, budget, max_nodes)
     if key is None:
         return dfa, dfa.num_states, False
     minimal = _minimise(dfa)
     number = {_ref_letter(rule_ids[ref]): _ref_letter(k) for k, ref in enumerate(key[1])}
-    stored = _RuleDfa(list(minimal.cuts),
-                      [{(number[c] if c < 0 else c): target for c, target in move.items()}
-                       for move in minimal.moves], list(minimal.final))
+    stored = _relettered(minimal, number)
     with _rule_dfas_lock:
         _rule_dfas[key[0]] = _CachedRuleDfa(stored, builder.sizes[id(body)], dfa.num_states)
         while len(_rule_dfas) > RULE_DFA_CACHE_SIZE:

@@ -32,10 +32,11 @@ are walked recursively, as ``normalize`` does.
 """
 from __future__ import annotations
 
+import itertools
 from typing import Dict, Iterable, List, Optional, Sequence as Seq, Set, Tuple
 
 from gxg import compile_budget
-from gxg.graphs import strongly_connected_components
+from gxg.graphs import reachable, strongly_connected_components
 from gxg.grammar.ir import (
     MAX_CODE_POINT,
     CharClass,
@@ -567,41 +568,30 @@ def remove_dead_rules(grammar: Grammar) -> Grammar:
             lookaheads[rule.name] = (None if rule.lookahead is None
                                      else _prune(rule.lookahead, productive))
     original = {rule.name: rule for rule in grammar.rules}
-    reachable = {root}
-    pending = [root]
-    while pending:
-        name = pending.pop()
+
+    def pruned_refs(name: str) -> List[str]:
         body_refs = (original[name].refs if bodies[name] is original[name].body
                      else iter_rule_refs(bodies[name]))
-        for ref in [*body_refs, *iter_rule_refs(lookaheads[name])]:
-            if ref not in reachable:
-                reachable.add(ref)
-                pending.append(ref)
+        return [*body_refs, *iter_rule_refs(lookaheads[name])]
+
+    kept = set(reachable([root], pruned_refs))
     # A rule whose body and lookahead came back as they were is kept as it is: building a
     # Rule normalises its body, and doing that for every rule of every grammar on every call
     # was most of this pass's time (profiling/RESULTS.md, compile time).
     rules = tuple(rule if (bodies[rule.name] is rule.body
                            and lookaheads[rule.name] is rule.lookahead)
                   else rule.replaced(bodies[rule.name], lookaheads[rule.name])
-                  for rule in grammar.rules if rule.name in reachable)
+                  for rule in grammar.rules if rule.name in kept)
     return Grammar(rules, root, pruned=True)
 
 
 def _remove_unreachable_rules(grammar: Grammar) -> Grammar:
     """``remove_dead_rules`` of a grammar that is already ``pruned``: the rules that the root
     reaches (through bodies and lookaheads), no body rewritten."""
-    rules = {rule.name: rule for rule in grammar.rules}
-    reachable = {grammar.root_rule_name}
-    pending = [grammar.root_rule_name]
-    while pending:
-        rule = rules[pending.pop()]
-        for ref in (*rule.refs, *iter_rule_refs(rule.lookahead)):
-            if ref not in reachable:
-                reachable.add(ref)
-                pending.append(ref)
-    if len(reachable) == len(rules):
+    kept = set(reachable([grammar.root_rule_name], _reference_graph(grammar).__getitem__))
+    if len(kept) == len(grammar.rules):
         return grammar
-    return Grammar(tuple(rule for rule in grammar.rules if rule.name in reachable),
+    return Grammar(tuple(rule for rule in grammar.rules if rule.name in kept),
                    grammar.root_rule_name, pruned=True)
 
 
@@ -694,12 +684,7 @@ def inline_small_rules(grammar: Grammar, *,
 
 def _size_up_to(expr: Expr, limit: int) -> int:
     """``expr_size(expr)``, or ``limit`` when it has at least that many nodes (stops there)."""
-    size = 0
-    for _ in iter_subexprs(expr):
-        size += 1
-        if size >= limit:
-            break
-    return size
+    return sum(1 for _ in itertools.islice(iter_subexprs(expr), limit))
 
 
 def _inline_into(expr: Expr, refs: Tuple[str, ...], inlinable: Dict[str, Tuple[Expr, int]],
