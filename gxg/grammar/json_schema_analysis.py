@@ -499,14 +499,14 @@ class SchemaAnalysis:
         out: Dict[str, Any] = {}
         object_keys = ("properties", "additionalProperties", "patternProperties")
         array_keys = ("items", "prefixItems", "additionalItems")
+        # every regex of either side must hold, and the second of two different patterns or
+        # formats joins them: gathered here, written once after the loop
+        regexes = [*a.get("x-gxg-regexes", []), *b.get("x-gxg-regexes", [])]
         for key in list(a) + [k for k in b if k not in a]:
-            if key in object_keys or key in array_keys:
+            if key in object_keys or key in array_keys or key == "x-gxg-regexes":
                 continue
             if key not in a or key not in b:
-                value = a[key] if key in a else b[key]
-                if key == "x-gxg-regexes" and key in out:  # a pattern merged before added some
-                    value = list(out[key]) + [list(r) for r in value]
-                out[key] = value
+                out[key] = a[key] if key in a else b[key]
                 continue
             x, y = a[key], b[key]
             if key == "type":
@@ -540,13 +540,10 @@ class SchemaAnalysis:
                                        f"'multipleOf' at {ptr}")
                 else:
                     out[key] = x
-            elif key in ("pattern", "format", "x-gxg-regexes"):
-                # (x-gxg-regexes keeps what a pattern or format merged before added to it)
-                out[key] = (list(out.get(key, [])) + [list(r) for r in x]
-                            if key == "x-gxg-regexes" else x)
+            elif key in ("pattern", "format"):
+                out[key] = x
                 if canonical(x) != canonical(y):  # both must hold: keep the second as internal
-                    extra = string_regexes({key: y}, ptr)
-                    out["x-gxg-regexes"] = list(out.get("x-gxg-regexes", [])) + [list(r) for r in extra]
+                    regexes += string_regexes({key: y}, ptr)
             elif key == "x-gxg-not-strings":
                 out[key] = sorted(set(x) | set(y))
             elif key == "uniqueItems":
@@ -560,6 +557,8 @@ class SchemaAnalysis:
                 raise GrammarError(f"unsupported keyword 'allOf' merging two different '{key}' at {ptr}")
             else:
                 out[key] = x
+        if regexes:  # each distinct one once
+            out["x-gxg-regexes"] = list({canonical(list(r)): list(r) for r in regexes}.values())
         self.merge_object(a, b, out, ptr, budget)
         self.merge_array(a, b, out, ptr, budget)
         return out
