@@ -22,7 +22,10 @@ import torch
 from gxg import layout
 
 
-def _spans(blob: str, dims: Dict[str, int]) -> Tuple[Tuple[str, int, int, Tuple[int, ...], str], ...]:
+Span = Tuple[str, int, int, Tuple[int, ...], str]  # name, byte offset, byte count, shape, dtype
+
+
+def _spans(blob: str, dims: Dict[str, int]) -> Tuple[Span, ...]:
     """(name, byte offset, byte count, shape, dtype) of every buffer of ``blob``."""
     return _span_table(blob, tuple(sorted(dims.items())))
 
