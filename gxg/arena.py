@@ -177,7 +177,7 @@ def mask_entries(compiled: CompiledGrammar, lazy: bool = False) -> MaskEntries:
     built = np.union1d(cache.computed_nodes(), a.token_nodes).astype(np.int32)
     unbuilt = a.is_scannable.copy()
     unbuilt[built] = False
-    masks = kernel_layout(cache, a.num_nodes, info.sorted_token_ids, info.vocab_size,
+    masks = kernel_layout(cache, a.num_nodes, info.sorted_token_index, info.vocab_size,
                           nodes=built)
     return MaskEntries(masks, ContextPairs.none(a.num_nodes), unbuilt)
 

@@ -79,7 +79,7 @@ class CompiledGrammar:
         mask cache as the fill reaches the nodes (created on first use; kept)."""
         if self._node_masks is None:
             info = self.tokenizer_info
-            self._node_masks = NodeMasks(self.mask_cache, info.sorted_token_ids,
+            self._node_masks = NodeMasks(self.mask_cache, info.sorted_token_index,
                                          info.vocab_size)
         return self._node_masks
 
@@ -89,7 +89,7 @@ class CompiledGrammar:
         use, which computes the entries a lazy cache still lacks; cached)."""
         if self._layout is None:
             self._layout = kernel_layout(self.mask_cache, self.automaton.num_nodes,
-                                         self.tokenizer_info.sorted_token_ids,
+                                         self.tokenizer_info.sorted_token_index,
                                          self.tokenizer_info.vocab_size)
         return self._layout
 

@@ -589,6 +589,15 @@ class TokenizerInfo:
         return self.sorted_vocab.sorted_token_ids
 
     @functools.cached_property
+    def sorted_token_index(self) -> np.ndarray:
+        """``sorted_token_ids`` as intp (read-only, made once per vocabulary): numpy indexes
+        with it without converting, where the int32 ids cost a vocabulary-sized copy (0.4 ms
+        for Qwen) in every grammar's first fill."""
+        index = self.sorted_token_ids.astype(np.intp)
+        index.flags.writeable = False
+        return index
+
+    @functools.cached_property
     def token_lengths_by_id(self) -> np.ndarray:
         """int64 [vocab_size]: byte length of each id's matchable text (0 for special, stop
         and padding ids, which are outside the sorted vocabulary)."""

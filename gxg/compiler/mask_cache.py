@@ -458,7 +458,7 @@ class NodeMasks:
 
     def __init__(self, cache: MaskCache, sorted_token_ids: np.ndarray, vocab_size: int):
         self.cache = cache
-        # indexes without a cast (no copy when the ids already are intp, as the tokenizer's are)
+        # indexes without a cast (no copy when the ids are intp: TokenizerInfo.sorted_token_index)
         self.sorted_token_ids = np.asarray(sorted_token_ids, dtype=np.intp)
         self.words = bitmask_words(vocab_size)
         self._rows: Dict[int, np.ndarray] = {}
