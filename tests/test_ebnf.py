@@ -31,6 +31,8 @@ from gxg.grammar.ir import (
     Rule,
     RuleRef,
     Sequence,
+    iter_rule_refs,
+    normalize,
 )
 from gxg.grammar.printer import grammar_to_ebnf
 
@@ -632,6 +634,19 @@ def test_round_trip_of_random_ir_grammars(g):
     parsed = parse_ebnf(printed, root_rule_name=g.root_rule_name)
     assert parsed == g
     assert grammar_to_ebnf(parsed) == printed
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ir_exprs, ir_exprs)
+def test_rule_refs_are_the_body_references_in_order(first, second):
+    """``Rule.refs`` comes from normalisation's walk (and its cache of normal subtrees): it is
+    the body's references, each once, in order of first appearance, also for a body built
+    around subtrees normalised before."""
+    for body in (first, Sequence((first, second)), Choice((second, Repeat(first, 0, 2))),
+                 Sequence((Rule("a", first).body, Rule("b", second).body))):
+        rule = Rule("r", body)
+        assert rule.refs == tuple(dict.fromkeys(iter_rule_refs(rule.body)))
+        assert rule.body == normalize(body)
 
 
 # -- arbitrary text: a grammar or a GrammarError, nothing else

@@ -41,7 +41,7 @@ that print the same are equal, and printing then parsing gives back an equal gra
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Tuple, Union
+from typing import Dict, Iterator, Optional, Tuple, Union
 
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
@@ -191,10 +191,11 @@ class Rule:
                                             or self.max_tokens < 0):
             raise GrammarError(f"rule {self.name!r}: max_tokens must be an integer >= 0, got "
                                f"{self.max_tokens!r}")
-        object.__setattr__(self, "body", normalize(self.body))
+        body, refs = _normalized(self.body)
+        object.__setattr__(self, "body", body)
         if self.lookahead is not None:
             object.__setattr__(self, "lookahead", normalize(self.lookahead))
-        object.__setattr__(self, "refs", tuple(dict.fromkeys(iter_rule_refs(self.body))))
+        object.__setattr__(self, "refs", refs)
 
     def replaced(self, body: Expr, lookahead: Optional[Expr]) -> "Rule":
         """This rule (name and token budget) with another body and lookahead: what a pass
@@ -292,12 +293,15 @@ class Grammar:
 # ----------------------------------------------------------------------------- normal form
 
 
-# A cache that says so: the compound expressions known to be in normal form, by identity (the
-# values keep them alive, so an id is never reused while it is here). Rules are built many
-# times from shared subtrees (the passes rebuild rules around unchanged bodies), and a subtree
-# found here is not walked again. Bounded: cleared when full.
-_KNOWN_NORMAL: dict = {}
-_KNOWN_NORMAL_LIMIT = 1 << 16
+# A cache that says so: the compound expressions known to be in normal form, by identity, with
+# the rules each references (the values keep them alive, so an id is never reused while it is
+# here). Rules are built many times from shared subtrees (the passes rebuild rules around
+# unchanged bodies), and a subtree found here is not walked again, neither for its normal form
+# nor for its references. Bounded: cleared when full; 16k entries hold the subtrees a compile
+# meets again (a bigger bound keeps more of earlier schemas' trees alive for the garbage
+# collector to scan: 65k held ~100k more objects after the 202 MaskBench subset schemas).
+_KNOWN_NORMAL: Dict[int, Tuple[Expr, Tuple[str, ...]]] = {}
+_KNOWN_NORMAL_LIMIT = 1 << 14
 
 
 def normalize(expr: Expr) -> Expr:
@@ -310,7 +314,14 @@ def normalize(expr: Expr) -> Expr:
     nested expressions do not exhaust Python's recursion limit. A subtree already in normal
     form comes back as the same object.
     """
+    return _normalized(expr)[0]
+
+
+def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
+    """``normalize(expr)`` and the names of the rules it references, each once, in order of
+    first reference (what ``Rule.refs`` holds), from the same walk."""
     done: dict = {}  # id(node) -> normal form of node
+    refs_of: dict = {}  # id(node) -> the rules node references
     stack = [(expr, False)]
     steps = 0
     while stack:
@@ -319,9 +330,17 @@ def normalize(expr: Expr) -> Expr:
             from gxg import compile_budget  # here: compile_budget imports this module
             compile_budget.check("the grammar's normalisation")
         node, children_done = stack.pop()
-        if isinstance(node, (Literal, CharClass, TokenSet, RuleRef)) or \
-                id(node) in _KNOWN_NORMAL:
+        if isinstance(node, (Literal, CharClass, TokenSet)):
             done[id(node)] = node
+            refs_of[id(node)] = ()
+            continue
+        if isinstance(node, RuleRef):
+            done[id(node)] = node
+            refs_of[id(node)] = (node.name,)
+            continue
+        known = _KNOWN_NORMAL.get(id(node))
+        if known is not None:
+            done[id(node)], refs_of[id(node)] = known
             continue
         if not isinstance(node, (Sequence, Choice, Repeat)):
             raise TypeError(f"not a grammar expression: {node!r}")
@@ -331,11 +350,14 @@ def normalize(expr: Expr) -> Expr:
             stack.extend((child, False) for child in reversed(kids))
             continue
         normal = [done[id(child)] for child in kids]
+        # flattening and merging literals keep the references' order
+        parts = [refs for refs in (refs_of[id(child)] for child in kids) if refs]
+        refs = parts[0] if len(parts) == 1 else (
+            tuple(dict.fromkeys(name for refs in parts for name in refs)) if parts else ())
         if all(new is old for new, old in zip(normal, kids)) and _already_normal(node):
-            done[id(node)] = node  # kept as it is: normalising a normal tree allocates nothing
-            _KNOWN_NORMAL[id(node)] = node
+            result = node  # kept as it is: normalising a normal tree allocates nothing
         elif isinstance(node, Sequence):
-            done[id(node)] = _normal_sequence(normal)
+            result = _normal_sequence(normal)
         elif isinstance(node, Choice):
             flat: list = []
             for alternative in normal:
@@ -343,21 +365,25 @@ def normalize(expr: Expr) -> Expr:
                     flat.extend(alternative.alternatives)
                 else:
                     flat.append(alternative)
-            done[id(node)] = flat[0] if len(flat) == 1 else Choice(tuple(flat))
+            result = flat[0] if len(flat) == 1 else Choice(tuple(flat))
         else:
             inner = normal[0]
             if node.max == 0 or inner == EMPTY:
-                done[id(node)] = EMPTY
+                result, refs = EMPTY, ()
             elif node.min == 1 and node.max == 1:
-                done[id(node)] = inner
+                result = inner
             else:
-                done[id(node)] = Repeat(inner, node.min, node.max)
-    result = done[id(expr)]
+                result = Repeat(inner, node.min, node.max)
+        done[id(node)] = result
+        refs_of[id(node)] = refs
+        if result is node:
+            _KNOWN_NORMAL[id(node)] = (node, refs)
+    result, refs = done[id(expr)], refs_of[id(expr)]
     if len(_KNOWN_NORMAL) >= _KNOWN_NORMAL_LIMIT:
         _KNOWN_NORMAL.clear()
     if not isinstance(result, (Literal, CharClass, TokenSet, RuleRef)):
-        _KNOWN_NORMAL[id(result)] = result
-    return result
+        _KNOWN_NORMAL[id(result)] = (result, refs)
+    return result, refs
 
 
 def _already_normal(node: Expr) -> bool:

@@ -1235,12 +1235,13 @@ class GrammarEmitter:
         rules made on the way, root first; every rule must derive a finite string."""
         if body is None:
             raise GrammarError("schema at # matches nothing")
-        rules = {name: expr for name, expr in self.rules.items() if expr is not None}
-        rules["root"] = body
-        productive = least_fixpoint(rules, is_productive)  # rules deriving a finite string
-        for name in rules:
-            if name not in productive:
-                where = self.rule_pointer.get(name, "#")
+        ordered = [Rule("root", body)] + [Rule(name, expr) for name, expr in self.rules.items()
+                                          if expr is not None and name != "root"]
+        # rules deriving a finite string (from the normal forms and references Rule computed)
+        productive = least_fixpoint({rule.name: rule.body for rule in ordered}, is_productive,
+                                    {rule.name: rule.refs for rule in ordered})
+        for rule in ordered[1:] + ordered[:1]:  # the innermost schema's pointer first
+            if rule.name not in productive:
+                where = self.rule_pointer.get(rule.name, "#")
                 raise GrammarError(f"schema at {where} admits no finite JSON value")
-        ordered = [Rule("root", body)] + [Rule(n, e) for n, e in rules.items() if n != "root"]
         return Grammar(tuple(ordered), root_rule_name="root")
