@@ -34,7 +34,7 @@ from gxg.compiler.mask_cache import (
 )
 from gxg.compiler.passes import prepare
 from gxg.compiler.vocab_walk import TokenTrie
-from gxg.grammar.ir import Grammar, GrammarError
+from gxg.grammar.ir import Grammar, GrammarError, normal_forms_kept
 from gxg.grammar.json_schema import deep_recursion, load_schema
 from gxg.tokenizer import TokenizerInfo
 
@@ -426,7 +426,7 @@ class GrammarCompiler:
     def _compiled(self, key: Optional[tuple], make_grammar) -> CompiledGrammar:
         if not self.cache_enabled:
             trie = self._token_trie()  # per vocabulary, not per compile: outside the deadline
-            with compile_budget.within(self.compile_timeout), gc_paused():
+            with compile_budget.within(self.compile_timeout), gc_paused(), normal_forms_kept():
                 compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, trie,
                                               **self._budgets())
             return self._start_background(compiled)
@@ -444,7 +444,7 @@ class GrammarCompiler:
             return pending.result()
         try:
             trie = self._token_trie()
-            with compile_budget.within(self.compile_timeout), gc_paused():
+            with compile_budget.within(self.compile_timeout), gc_paused(), normal_forms_kept():
                 compiled = compile_grammar_ir(make_grammar(), self.tokenizer_info, trie,
                                               **self._budgets())
         except BaseException as error:

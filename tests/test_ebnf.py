@@ -32,6 +32,8 @@ from gxg.grammar.ir import (
     RuleRef,
     Sequence,
     iter_rule_refs,
+    normal_constant,
+    normal_forms_kept,
     normalize,
 )
 from gxg.grammar.printer import grammar_to_ebnf
@@ -642,11 +644,17 @@ def test_rule_refs_are_the_body_references_in_order(first, second):
     """``Rule.refs`` comes from normalisation's walk (and its cache of normal subtrees): it is
     the body's references, each once, in order of first appearance, also for a body built
     around subtrees normalised before."""
-    for body in (first, Sequence((first, second)), Choice((second, Repeat(first, 0, 2))),
-                 Sequence((Rule("a", first).body, Rule("b", second).body))):
+    bodies = (first, Sequence((first, second)), Choice((second, Repeat(first, 0, 2))),
+              Sequence((Rule("a", first).body, Rule("b", second).body)))
+    for body in bodies:
         rule = Rule("r", body)
         assert rule.refs == tuple(dict.fromkeys(iter_rule_refs(rule.body)))
         assert rule.body == normalize(body)
+    # inside a compile's scope every subtree met is remembered: the same rules come out
+    with normal_forms_kept():
+        scoped = [Rule("r", body) for body in bodies + (normal_constant(first),)]
+    assert [(rule.body, rule.refs) for rule in scoped] == \
+        [(rule.body, rule.refs) for rule in (Rule("r", body) for body in bodies + (first,))]
 
 
 # -- arbitrary text: a grammar or a GrammarError, nothing else

@@ -51,6 +51,7 @@ from gxg.grammar.ir import (
     TokenSet,
     iter_rule_refs,
     iter_subexprs,
+    normal_forms_kept,
     normalize,
 )
 from gxg.grammar.rule_analysis import (
@@ -758,9 +759,10 @@ def prepare(grammar: Grammar) -> Grammar:
          nothing references. An empty language comes out as
          ``root_wrapper ::= root``, ``root ::= MATCHES_NOTHING``.
     """
-    grammar = _unwrap_root(grammar)
-    for grammar_pass in (eliminate_left_recursion, remove_dead_rules, inline_small_rules,
-                         remove_dead_rules):
-        compile_budget.check("the grammar passes", grammar_pass.__name__)
-        grammar = grammar_pass(grammar)
-    return wrap_root(grammar)
+    with normal_forms_kept():  # the passes rebuild rules around the same subtrees
+        grammar = _unwrap_root(grammar)
+        for grammar_pass in (eliminate_left_recursion, remove_dead_rules, inline_small_rules,
+                             remove_dead_rules):
+            compile_budget.check("the grammar passes", grammar_pass.__name__)
+            grammar = grammar_pass(grammar)
+        return wrap_root(grammar)

@@ -40,6 +40,8 @@ that print the same are equal, and printing then parsing gives back an equal gra
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, Optional, Tuple, Union
 
@@ -293,15 +295,46 @@ class Grammar:
 # ----------------------------------------------------------------------------- normal form
 
 
-# A cache that says so: the compound expressions known to be in normal form, by identity, with
-# the rules each references (the values keep them alive, so an id is never reused while it is
-# here). Rules are built many times from shared subtrees (the passes rebuild rules around
-# unchanged bodies), and a subtree found here is not walked again, neither for its normal form
-# nor for its references. Bounded: cleared when full; 16k entries hold the subtrees a compile
-# meets again (a bigger bound keeps more of earlier schemas' trees alive for the garbage
-# collector to scan: 65k held ~100k more objects after the 202 MaskBench subset schemas).
-_KNOWN_NORMAL: Dict[int, Tuple[Expr, Tuple[str, ...]]] = {}
+# Caches that say so, of normal forms by identity: id(expression) -> (the expression, its
+# normal form, the rules it references); the entries keep the expressions alive, so an id is
+# never reused while it is in one. Front ends and passes build many rules around the same
+# subtrees (a property's value in every member alternative of an object; a rule rebuilt
+# around an unchanged body), and a subtree met before is not walked again, neither for its
+# normal form nor for its references.
+# * Inside ``normal_forms_kept()`` (a compile: the JSON Schema front end, ``prepare``,
+#   ``GrammarCompiler``), a table of the thread's own, dropped when the outermost scope ends:
+#   every compound expression met (a shared subtree that was not normal is normalised once).
+# * Elsewhere, one process-wide table of the expressions found already normal, bounded:
+#   cleared when full. Scopes read it too: ``normal_constant`` puts long-lived expressions
+#   there (the JSON Schema front end's cached string units, in every grammar of a compile).
+_SCOPE = threading.local()
+_KNOWN_NORMAL: Dict[int, Tuple["Expr", "Expr", Tuple[str, ...]]] = {}
 _KNOWN_NORMAL_LIMIT = 1 << 14
+
+
+@contextlib.contextmanager
+def normal_forms_kept():
+    """Within it (on this thread), ``normalize`` remembers every compound expression it met
+    and its normal form until the outermost scope ends (nested scopes share the table)."""
+    outermost = getattr(_SCOPE, "table", None) is None
+    if outermost:
+        _SCOPE.table = {}
+    try:
+        yield
+    finally:
+        if outermost:
+            _SCOPE.table = None
+
+
+def normal_constant(expr: Expr) -> Expr:
+    """``normalize(expr)``, for an expression that lives long and recurs in many grammars: it
+    is remembered in the process-wide table, which every compile reads (not in the scope of
+    the compile that happens to build it first)."""
+    scope, _SCOPE.table = getattr(_SCOPE, "table", None), None
+    try:
+        return normalize(expr)
+    finally:
+        _SCOPE.table = scope
 
 
 def normalize(expr: Expr) -> Expr:
@@ -322,6 +355,10 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
     first reference (what ``Rule.refs`` holds), from the same walk."""
     done: dict = {}  # id(node) -> normal form of node
     refs_of: dict = {}  # id(node) -> the rules node references
+    table = getattr(_SCOPE, "table", None)
+    scoped = table is not None
+    if not scoped:
+        table = _KNOWN_NORMAL
     stack = [(expr, False)]
     steps = 0
     while stack:
@@ -338,9 +375,11 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
             done[id(node)] = node
             refs_of[id(node)] = (node.name,)
             continue
-        known = _KNOWN_NORMAL.get(id(node))
+        known = table.get(id(node))
+        if known is None and scoped:
+            known = _KNOWN_NORMAL.get(id(node))  # a long-lived expression (normal_constant)
         if known is not None:
-            done[id(node)], refs_of[id(node)] = known
+            done[id(node)], refs_of[id(node)] = known[1], known[2]
             continue
         if not isinstance(node, (Sequence, Choice, Repeat)):
             raise TypeError(f"not a grammar expression: {node!r}")
@@ -376,13 +415,13 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
                 result = Repeat(inner, node.min, node.max)
         done[id(node)] = result
         refs_of[id(node)] = refs
-        if result is node:
-            _KNOWN_NORMAL[id(node)] = (node, refs)
+        if scoped or result is node:
+            table[id(node)] = (node, result, refs)
     result, refs = done[id(expr)], refs_of[id(expr)]
-    if len(_KNOWN_NORMAL) >= _KNOWN_NORMAL_LIMIT:
-        _KNOWN_NORMAL.clear()
+    if not scoped and len(table) >= _KNOWN_NORMAL_LIMIT:
+        table.clear()
     if not isinstance(result, (Literal, CharClass, TokenSet, RuleRef)):
-        _KNOWN_NORMAL[id(result)] = (result, refs)
+        table[id(result)] = (result, result, refs)
     return result, refs
 
 

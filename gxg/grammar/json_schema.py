@@ -158,7 +158,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from gxg.grammar.ir import Grammar, GrammarError
+from gxg.grammar.ir import Grammar, GrammarError, normal_forms_kept
 # Besides what it uses, this module re-exports what callers import from it (the warning, the
 # loading and checking helpers, MAX_EXACT_BOUND, MAX_INDENT_DEPTH, _canonical_spelling).
 from gxg.grammar.json_schema_analysis import (  # noqa: F401
@@ -193,7 +193,7 @@ def json_schema_to_grammar(schema: Any, *, any_whitespace: bool = True, indent: 
         raise GrammarError("schema 'false' at # matches nothing")
     check_keyword_types(root)
     fmt = make_format(any_whitespace, indent, separators, max_whitespace_cnt)
-    with deep_recursion():
+    with deep_recursion(), normal_forms_kept():
         schemas = SchemaAnalysis(root, strict_mode,
                                  strict_mode if coerce_one_of is None else bool(coerce_one_of))
         emitter = GrammarEmitter(schemas, fmt, any_order, any_string_spelling, excludes)
