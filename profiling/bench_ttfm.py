@@ -42,8 +42,9 @@ from common import (MASKBENCH, maskbench_files, percentile, print_table,  # noqa
 from e2e_decode import load_schema  # noqa: E402
 
 from gxg import vocabularies  # noqa: E402
-from gxg.arena import mask_entries  # noqa: E402
+from gxg.arena import ArenaFullError, mask_entries  # noqa: E402
 from gxg.batch import GrammarBatch  # noqa: E402
+from gxg.grammar.ir import GrammarError  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
 
 
@@ -122,15 +123,24 @@ def main(argv=None):
     compiler = GrammarCompiler(info, cache_enabled=False)
     first_mask_ms(compiler, {"type": "object"}, True, bitmask)
     first_mask_ms(compiler, {"type": "object"}, False, bitmask)
-    rows, extra, lazy_fill, steady_fill = [], [], [], []
+    rows, extra, lazy_fill, steady_fill, skipped = [], [], [], [], {}
     for path in maskbench_files(Path(args.maskbench), args.files):
         schema = load_schema(path)
         row = {"file": path.name}
         for mode in ("lazy", "eager"):  # lazy first: its compile is the schema's first
-            batch, compiled, gid, t = first_mask_ms(compiler, schema, mode == "lazy", bitmask)
+            try:
+                batch, compiled, gid, t = first_mask_ms(compiler, schema, mode == "lazy",
+                                                        bitmask)
+            except (GrammarError, ArenaFullError) as error:  # not compiled; larger than the arena
+                skipped[f"{path.name} {mode}"] = f"{type(error).__name__}: {str(error)[:160]}"
+                print(json.dumps({"file": path.name, "mode": mode,
+                                  "skipped": skipped[f"{path.name} {mode}"]}), flush=True)
+                continue
             row.update({f"{mode}_{k}": v for k, v in t.items()})
             row["nodes"] = compiled.automaton.num_nodes
             batch.commit_masks(wait=True)  # (its builder thread must not run into the next)
+        if "lazy_ttfm_ms" not in row:
+            continue
         # the lazy batch's builder is running; a batch of its own holds its entries back
         held = GrammarBatch(info, device="cuda", max_batch=1, lazy_masks=True,
                             eager_graphs=False)
@@ -140,7 +150,11 @@ def main(argv=None):
         row["unbuilt_nodes"] = held.arena.unbuilt_nodes(gid)
         graph = fill_graph(held, bitmask)
         before, tokens = walk_fills(held, graph, bitmask, steps=args.steps, seed=len(rows))
-        held.arena.complete_entries(gid, compiled, mask_entries(compiled))
+        try:
+            held.arena.complete_entries(gid, compiled, mask_entries(compiled))
+        except ArenaFullError:  # every entry does not fit: no steady fills to compare with
+            rows.append(row)
+            continue
         after, _ = walk_fills(held, graph, bitmask, tokens=tokens)
         lazy_fill += before
         steady_fill += after
@@ -153,20 +167,25 @@ def main(argv=None):
 
     def p(values, q):
         return round(percentile(values, q), 2) if values else None
+    def column(key):
+        return [r[key] for r in rows if r.get(key) is not None]
     summary = [{"what": name, "p50": p(values, 50), "p99": p(values, 99), "n": len(values)}
                for name, values in (
-                   ("TTFM ms, lazy", [r["lazy_ttfm_ms"] for r in rows]),
-                   ("TTFM ms, eager", [r["eager_ttfm_ms"] for r in rows]),
-                   ("compile ms (lazy)", [r["lazy_compile_ms"] for r in rows]),
-                   ("bind ms, lazy", [r["lazy_bind_ms"] for r in rows]),
-                   ("bind ms, eager", [r["eager_bind_ms"] for r in rows]),
-                   ("first fill ms, lazy", [r["lazy_fill_ms"] for r in rows]),
+                   ("TTFM ms, lazy", column("lazy_ttfm_ms")),
+                   ("TTFM ms, eager", column("eager_ttfm_ms")),
+                   ("compile ms (lazy)", column("lazy_compile_ms")),
+                   ("bind ms, lazy", column("lazy_bind_ms")),
+                   ("bind ms, eager", column("eager_bind_ms")),
+                   ("first fill ms, lazy", column("lazy_fill_ms")),
                    ("fill µs, entries missing", lazy_fill),
                    ("fill µs, entries in", steady_fill),
                    ("fill µs, missing - in (same step)", extra))]
     print_table(summary, ["what", "p50", "p99", "n"])
+    if skipped:
+        print(f"{len(skipped)} runs left out (a file not compiled, or a mode's grammar larger "
+              "than the default arena)")
     payload = {"device": torch.cuda.get_device_name(), "rows": rows, "summary": summary,
-               "files": args.files, "steps": args.steps}
+               "files": args.files, "steps": args.steps, "skipped": skipped}
     print(f"wrote {write_json('bench_ttfm', payload, Path(args.out) if args.out else None)}")
 
 

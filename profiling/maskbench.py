@@ -226,16 +226,16 @@ class GxgGpuEngine(GxgEngine):
     def __init__(self, info, stop_id: int, device: str):
         super().__init__(info, stop_id)
         from gxg.arena import ArenaCapacity
-        from gxg.batch import GrammarBatch
 
+        self.info = info
         self.device = torch.device(device)
         # one grammar at a time, but room for the largest schemas (~1 GB of device memory;
         # the default capacity is sized for many small grammars)
-        capacity = ArenaCapacity(max_grammars=2, nodes=1 << 19, next_entries=1 << 24,
-                                 ref_edges=1 << 19, accept_rows=16384,
-                                 uncertain_tokens=1 << 25, pairs=1 << 19, pair_tokens=1 << 26)
-        self.batch = GrammarBatch(info, device=self.device, max_batch=1, limits=BENCH_LIMITS,
-                                  capacity=capacity)
+        self.capacity = ArenaCapacity(max_grammars=2, nodes=1 << 19, next_entries=1 << 24,
+                                      ref_edges=1 << 19, accept_rows=16384,
+                                      uncertain_tokens=1 << 25, pairs=1 << 19,
+                                      pair_tokens=1 << 26)
+        self.batch = self._new_batch()
         self.dev_bitmask = torch.full((1, (info.vocab_size + 31) // 32), -1, dtype=torch.int32,
                                       device=self.device)
         self.token = torch.zeros(1, dtype=torch.int64, device=self.device)
@@ -245,7 +245,13 @@ class GxgGpuEngine(GxgEngine):
         self._steps = 0  # computed_entries' step count
         self._sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
 
+    def _new_batch(self):
+        from gxg.batch import GrammarBatch
+        return GrammarBatch(self.info, device=self.device, max_batch=1, limits=BENCH_LIMITS,
+                            capacity=self.capacity)
+
     def compile(self, schema):
+        from gxg.arena import ArenaCapacity, ArenaFullError
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             compiled = self.compiler.compile_json_schema(schema, any_whitespace=True,
@@ -254,7 +260,15 @@ class GxgGpuEngine(GxgEngine):
                 self.batch.unbind(0)
                 self.batch.arena.unregister(self.gid)
                 self.gid = None
-            self.gid = self.batch.bind(0, compiled)
+            try:
+                self.gid = self.batch.bind(0, compiled)
+            except ArenaFullError:
+                # a grammar past even this capacity (a few of MaskBench's largest): a batch
+                # sized to hold it, as a server sizes its arena for the grammars it serves
+                # (its allocation counts in this schema's TTFM)
+                self.capacity = ArenaCapacity.to_hold([compiled], self.capacity)
+                self.batch = self._new_batch()
+                self.gid = self.batch.bind(0, compiled)
             self._sync()
         return [str(w.message) for w in caught]
 
