@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,9 +70,17 @@ def run_gxg(*args, timeout=300, cwd=REPO) -> subprocess.CompletedProcess:
 
 
 def gxg_process(*args) -> subprocess.Popen:
-    """``python -m gxg ARGS`` started in a subprocess, stdout and stderr as byte pipes."""
+    """``python -m gxg ARGS`` started in a subprocess, stdout and stderr as byte pipes, with
+    SIGINT at its default (a test run started in the background of a non-interactive shell
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: the Ctrl-C tests
+    would see the run go on to its end)."""
     return subprocess.Popen([PYTHON, "-m", "gxg", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=REPO, env=gxg_env())
+                            stderr=subprocess.PIPE, cwd=REPO, env=gxg_env(),
+                            preexec_fn=_default_sigint)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class _Members(list):
