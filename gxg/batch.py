@@ -81,8 +81,9 @@ class GrammarBatch:
         # grammar id -> (compiled, Future[MaskEntries]), or (compiled, commits seen) while queued
         self._building: dict = {}
         self._builder = None  # ThreadBuilder or ProcessBuilder, made by the first build
-        #: grammar id -> the exception that stopped its entries' build (its nodes stay
-        #: without entries: exact masks, every token walked)
+        #: grammar id -> the exception that stopped its entries' build, or the
+        #: ArenaFullError of entries with no room in the arena (its nodes stay without
+        #: entries: exact masks, every token walked)
         self.mask_build_errors: dict = {}
         # Eager fill and accept on CUDA replay cached CUDA graphs of themselves (``_replay``):
         # one host call instead of a launch per kernel. A cache, and it says so.
@@ -222,10 +223,11 @@ class GrammarBatch:
             del self._building[gid]
             try:
                 entries = future.result()
+                committed += self.arena.complete_entries(gid, compiled, entries)
             except Exception as error:  # noqa: BLE001 - kept for the caller; masks stay exact
+                # a failed build, or entries the arena has no room for (ArenaFullError: the
+                # grammar goes on walking its nodes' tokens on the device, exact but slower)
                 self.mask_build_errors[gid] = error
-                continue
-            committed += self.arena.complete_entries(gid, compiled, entries)
         return committed
 
     def register_in_background(self, compiled: CompiledGrammar) -> "Future[int]":

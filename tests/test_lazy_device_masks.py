@@ -231,6 +231,27 @@ def test_a_failed_build_is_reported_and_the_masks_stay_exact(monkeypatch):
     assert torch.equal(*rows)
 
 
+def test_entries_without_room_in_the_arena_are_reported_and_the_masks_stay_exact():
+    """The lazy bind fits but the finished entries do not (the arena's uncertain-token room
+    is smaller than a node's entry): commit_masks keeps the error, as for a failed build,
+    and the fills go on walking every token, exact."""
+    from gxg.arena import ArenaCapacity, ArenaFullError
+    info, _ = zoo_world(["json"], seed=3)
+    tiny = ArenaCapacity(uncertain_tokens=1)
+    eager = GrammarBatch(info, device="cpu", max_batch=1, lazy_masks=False)
+    lazy = GrammarBatch(info, device="cpu", max_batch=1, lazy_masks=True, capacity=tiny,
+                        mask_builder="thread")
+    eager.bind(0, zoo_grammars(info, ["json"])[0])
+    gid = lazy.bind(0, zoo_grammars(info, ["json"])[0])
+    assert lazy.commit_masks(wait=True) == 0
+    assert isinstance(lazy.mask_build_errors[gid], ArenaFullError)
+    assert lazy.arena.unbuilt_nodes(gid) > 0
+    rows = [torch.zeros((1, (info.vocab_size + 31) // 32), dtype=torch.int32) for _ in "ab"]
+    eager.fill_next_token_bitmask(rows[0])
+    lazy.fill_next_token_bitmask(rows[1])
+    assert torch.equal(*rows)
+
+
 def test_the_process_builder_gives_the_thread_builders_entries():
     """mask_builder="process" (the CUDA default): the entries come from a spawned worker
     that gets the automaton alone; they fill the arena exactly as the thread's do, and the
