@@ -67,8 +67,8 @@ from gxg.runtime import ErrorCode, RuntimeState
 MAX_WALK_STATES = 50_000  # the uncertain-token walk cache is rebuilt past this many states
 MAX_CACHED_STACKS = 4096  # (node, stack) answers kept for the uncertain-token check
 MAX_CACHED_PAIRS = 4096   # (node, node below) classifications kept for it
-# Past this many live stacks (a matcher that grew its limits) the fill decides the uncertain
-# tokens by accepts on the shared pool instead of one walk per stack from its full tuple.
+# Past this many live stacks (a matcher that grew its limits) the fill walks the uncertain
+# tokens once from the set of all stacks instead of once per stack from its full tuple.
 MAX_STACKS_WALKED = 64
 
 
@@ -764,10 +764,11 @@ def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
                             row: np.ndarray) -> bool:
     """Write the slot's mask into ``row`` (int32[W]); returns need_apply.
 
-    A terminated slot or one with an error code allows only its stop tokens. Tokens whose walk
-    from a full stack is refused (too many parse stacks), and every uncertain token when the
-    slot has more than MAX_STACKS_WALKED stacks, are decided by the accept op on a copy of the
-    slot; if that hits a limit, the slot gets its error code (and stop tokens only)."""
+    A terminated slot or one with an error code allows only its stop tokens. With more than
+    MAX_STACKS_WALKED stacks the uncertain tokens are walked from all the stacks at once.
+    Tokens whose walk is refused (too many parse stacks) are decided by the accept op on a
+    copy of the slot; if that hits a limit, the slot gets its error code (and stop tokens
+    only)."""
     row[:] = 0
     if not (state.terminated[slot] or state.error[slot]):
         masks = t.layout
@@ -776,12 +777,13 @@ def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
         nodes = [int(pool_node[e]) for e in entries]
         if nodes:
             np.bitwise_or.reduce(masks.rows(nodes), axis=0, out=row)
-        undecided = []
+        undecided, of_many = [], []
         walk_each = len(entries) <= MAX_STACKS_WALKED
-        for entry, node, stack in zip(entries, nodes, state.stacks(slot)):
+        stacks = state.stacks(slot)
+        for entry, node, stack in zip(entries, nodes, stacks):
             uncertain = masks.uncertain(node)
             if len(uncertain) and not walk_each:
-                undecided.append(uncertain)
+                of_many.append(uncertain)
             elif len(uncertain):
                 try:
                     _set_bits(row, t.uncertain_accepted(node, stack, uncertain))
@@ -789,6 +791,14 @@ def fill_next_token_bitmask(state: RuntimeState, slot: int, t: HostTables,
                     raise
                 except GrammarError:  # the walk's parse stacks multiply past its limit
                     undecided.append(uncertain)
+        if of_many:  # many stacks: one walk from all of them at once, shared prefixes
+            tokens = np.unique(np.concatenate(of_many))
+            try:
+                _set_bits(row, t.sorted_token_ids[_walk_from_stacks(t, stacks, tokens)])
+            except CompileTimeoutError:
+                raise
+            except GrammarError:
+                undecided.append(tokens)
         if undecided:
             try:
                 _set_bits(row, _accepted_by_steps(state, slot, t,
@@ -905,8 +915,15 @@ def _accepted_by_steps(state: RuntimeState, slot: int, t: HostTables,
 def _walk_from_stack(t: HostTables, stack: Tuple[int, ...], sorted_indices: np.ndarray
                      ) -> np.ndarray:
     """The sorted indices among ``sorted_indices`` whose bytes can be consumed from ``stack``."""
+    return _walk_from_stacks(t, [stack], sorted_indices)
+
+
+def _walk_from_stacks(t: HostTables, stacks, sorted_indices: np.ndarray) -> np.ndarray:
+    """The sorted indices among ``sorted_indices`` whose bytes can be consumed from one of
+    ``stacks`` (a walk of the set of them: a token is accepted iff some stack takes it, and
+    the walk's configurations are sets of stacks, so tokens share their prefixes' steps)."""
     walk = t.full_stack_walk()
-    start = walk.intern(frozenset({(stack, False, None)}))
+    start = walk.intern(frozenset((stack, False, None) for stack in stacks))
     final = walk.walk_pairs(np.full(len(sorted_indices), start, np.int32), sorted_indices)
     return sorted_indices[final != DEAD]
 

@@ -232,6 +232,31 @@ def test_growth_inside_a_draft_tree_restores_the_state():
     assert grammar_accepts_prefix(zoo_grammar(GROWING), b"a" * 70)
 
 
+def test_past_64_stacks_the_mask_walks_all_stacks_at_once_and_equals_the_accepts():
+    """More than MAX_STACKS_WALKED live stacks: the fill walks the uncertain tokens once from
+    the set of all stacks. Its mask equals each token's accept on the matcher (then rolled
+    back), with multi-byte tokens that cross the rules' ends."""
+    from mask_oracles import matcher_mask
+    from ops.reference import MAX_STACKS_WALKED
+    pieces = [b"ab", b"aab", b"bb", b"b!", b"abb!", b"aaaa", b"ba", b"bbb!", b"a!", b"!a"]
+    info = TokenizerInfo([bytes([b]) for b in range(32, 127)] + pieces, VocabType.RAW)
+    compiled = GrammarCompiler(info, cache_enabled=False).compile_grammar(GROWING)
+    matcher = GrammarMatcher(compiled)
+    for text in ("a" * 70, "b" * 3):
+        assert matcher.accept_string(text)
+        assert matcher.state.num_tops[0] > MAX_STACKS_WALKED
+        mask = matcher_mask(matcher, info.vocab_size)
+        accepted = np.zeros(info.vocab_size, dtype=bool)
+        for token in range(info.vocab_size):
+            if token in matcher.stop_token_ids:
+                accepted[token] = matcher.is_completed()
+            elif matcher.accept_token(token):
+                accepted[token] = True
+                matcher.rollback(1)
+        assert accepted[[info.decoded_vocab.index(p) for p in pieces]].any()
+        assert (mask == accepted).all(), np.flatnonzero(mask != accepted)
+
+
 WITH_UNCERTAIN_TOKENS = [z for z in GRAMMAR_ZOO
                          if z[0] in ("nested_arrays", "arithmetic", "lookahead", "json")]
 
