@@ -225,8 +225,9 @@ class GxgGpuEngine(GxgEngine):
 
     def __init__(self, info, stop_id: int, device: str):
         super().__init__(info, stop_id)
-        from gxg.arena import ArenaCapacity
+        from gxg.arena import ArenaCapacity, ArenaFullError
 
+        self._arena_full = ArenaFullError
         self.info = info
         self.device = torch.device(device)
         # one grammar at a time, but room for the largest schemas (~1 GB of device memory;
@@ -251,7 +252,6 @@ class GxgGpuEngine(GxgEngine):
                             capacity=self.capacity)
 
     def compile(self, schema):
-        from gxg.arena import ArenaCapacity, ArenaFullError
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             compiled = self.compiler.compile_json_schema(schema, any_whitespace=True,
@@ -262,11 +262,11 @@ class GxgGpuEngine(GxgEngine):
                 self.gid = None
             try:
                 self.gid = self.batch.bind(0, compiled)
-            except ArenaFullError:
+            except self._arena_full:
                 # a grammar past even this capacity (a few of MaskBench's largest): a batch
                 # sized to hold it, as a server sizes its arena for the grammars it serves
                 # (its allocation counts in this schema's TTFM)
-                self.capacity = ArenaCapacity.to_hold([compiled], self.capacity)
+                self.capacity = self.capacity.to_hold([compiled], self.capacity)
                 self.batch = self._new_batch()
                 self.gid = self.batch.bind(0, compiled)
             self._sync()

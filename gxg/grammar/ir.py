@@ -390,9 +390,7 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
             continue
         normal = [done[id(child)] for child in kids]
         # flattening and merging literals keep the references' order
-        parts = [refs for refs in (refs_of[id(child)] for child in kids) if refs]
-        refs = parts[0] if len(parts) == 1 else (
-            tuple(dict.fromkeys(name for refs in parts for name in refs)) if parts else ())
+        refs = _merged_refs([refs_of[id(child)] for child in kids])
         if all(new is old for new, old in zip(normal, kids)) and _already_normal(node):
             result = node  # kept as it is: normalising a normal tree allocates nothing
         elif isinstance(node, Sequence):
@@ -423,6 +421,15 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
     if not isinstance(result, (Literal, CharClass, TokenSet, RuleRef)):
         table[id(result)] = (result, result, refs)
     return result, refs
+
+
+def _merged_refs(parts) -> Tuple[str, ...]:
+    """The names of ``parts`` (tuples of rule names, in order), each once, in order of first
+    appearance; a single non-empty part comes back as it is."""
+    present = [refs for refs in parts if refs]
+    if len(present) <= 1:
+        return present[0] if present else ()
+    return tuple(dict.fromkeys(name for refs in present for name in refs))
 
 
 def _already_normal(node: Expr) -> bool:
