@@ -17,10 +17,12 @@ off the decode loop's interpreter; ``gxg.entry_builder``) computes the missing e
 steps. ``register_in_background`` instead registers a grammar with all its entries on a host
 thread while the batch steps.
 
-Eagerly on CUDA, ``fill_next_token_bitmask`` and ``accept`` replay CUDA graphs of themselves
-that they capture on their second call with the same buffers (``eager_graphs=False`` turns this
-off): one host call per step instead of a launch per kernel. Inside a caller's own capture,
-under torch.compile, and on the CPU they run as they are.
+Eagerly on CUDA, ``fill_next_token_bitmask`` (and ``accept`` of a batch with token budgets)
+replay CUDA graphs of themselves that they capture on their second call with the same buffers
+(``eager_graphs=False`` turns this off): one host call per step instead of a launch per
+kernel. ``accept`` without budgets is one kernel, launched directly; ``fill_and_apply`` is the
+fill's replay and the apply's launch. Inside a caller's own capture, under torch.compile, and
+on the CPU they run as they are.
 
 Per-slot behaviour (documented contract):
   * unbound slot: the mask allows every token, ``accept`` returns True and keeps no state
@@ -47,6 +49,7 @@ import torch
 
 from gxg import blobs, layout
 from gxg.ops import xg_ops  # registers torch.ops.xg
+from gxg.ops.apply_bitmask import apply_arguments
 from gxg.arena import ArenaCapacity, DeviceArena, canonical_device
 from gxg.entry_builder import ProcessBuilder, ThreadBuilder
 from gxg.grammar_compiler import CompiledGrammar
@@ -85,8 +88,8 @@ class GrammarBatch:
         #: ArenaFullError of entries with no room in the arena (its nodes stay without
         #: entries: exact masks, every token walked)
         self.mask_build_errors: dict = {}
-        # Eager fill and accept on CUDA replay cached CUDA graphs of themselves (``_replay``):
-        # one host call instead of a launch per kernel. A cache, and it says so.
+        # Eager steps on CUDA replay cached CUDA graphs of themselves (``replay_cached``): one
+        # host call instead of a launch per kernel. A cache, and it says so.
         self.eager_graphs = eager_graphs
         self._graphs: dict = {}
         self._background: Optional[ThreadPoolExecutor] = None  # register_in_background's
@@ -146,7 +149,7 @@ class GrammarBatch:
         self.sample_seed = torch.zeros(1, dtype=torch.int64, device=dev)
         self.sample_offset = torch.zeros(1, dtype=torch.int64, device=dev)
         self._sample_constants = {}     # (name, scalar) -> constant tensor, kept for good
-        # accept's static input and output when it replays a graph (``_replay``)
+        # accept's static input and output when it replays a graph (``replay_cached``)
         self._step_tokens = torch.zeros(b, dtype=torch.int64, device=dev)
         self._step_accepted = torch.zeros(b, dtype=torch.bool, device=dev)
 
@@ -292,16 +295,17 @@ class GrammarBatch:
         return getattr(xg, name)
 
     def _replays(self) -> bool:
-        """Eager steps replay cached graphs here and now (see ``_replay``)."""
+        """Eager steps replay cached graphs here and now (see ``replay_cached``)."""
         return self.eager_graphs and self.device.type == "cuda" and not self._busy()
 
-    def _replay(self, key: tuple, body) -> bool:
+    def replay_cached(self, key: tuple, body) -> bool:
         """Run ``body`` (device work on buffers of fixed address; ``key`` names them) as a
-        cached CUDA graph, where that applies: on CUDA, eagerly (not traced by torch.compile,
-        not inside a capture of the caller's), with ``eager_graphs``. The first call with a key
-        runs nothing here (returns False: the caller runs the step itself, which also loads
-        the kernels); the second captures ``body`` (capturing runs nothing) and replays it;
-        later calls replay it. Returns whether it ran the step."""
+        cached CUDA graph of this batch (its step calls, and step code built on them such as
+        ``gxg.contrib.hf``'s), where that applies: on CUDA, eagerly (not traced by
+        torch.compile, not inside a capture of the caller's), with ``eager_graphs``. The first
+        call with a key runs nothing here (returns False: the caller runs the step itself,
+        which also loads the kernels); the second captures ``body`` (capturing runs nothing)
+        and replays it; later calls replay it. Returns whether it ran the step."""
         from gxg.ops import cuda_automaton
         if not self._replays():
             return False
@@ -333,8 +337,8 @@ class GrammarBatch:
             self._op("fill_next_token_bitmask")(self.runtime, self._arena_tensors, bitmask,
                                                 self._budget())
 
-        if not self._replay(("fill", bitmask.data_ptr(), bitmask.stride(0), self._budgeted),
-                            fill):
+        if not self.replay_cached(("fill", bitmask.data_ptr(), bitmask.stride(0),
+                                   self._budgeted), fill):
             fill()
         self.commit_masks()  # (starts the builds bind queued, now that the fill is launched)
         return bitmask
@@ -345,6 +349,15 @@ class GrammarBatch:
         ``bitmask`` when given (else to an internal buffer, returned)."""
         bitmask = self._bitmask if bitmask is None else bitmask
         self._check_bitmask(bitmask)
+        if self._replays():
+            # eagerly: the fill as the cached graph of fill_next_token_bitmask (logits are new
+            # every step, so no graph of both), then the apply's kernel: one replay and one
+            # launch instead of the op's four launches. The logits are checked first, as the
+            # op checks them before anything runs.
+            apply_arguments(logits, bitmask, None, False)
+            self.fill_next_token_bitmask(bitmask)
+            self._op("apply_token_bitmask_inplace")(logits, bitmask)
+            return bitmask
         self._commit_finished()
         self._op("fill_and_apply")(self.runtime, self._arena_tensors, logits, bitmask,
                                    self._budget())
@@ -422,10 +435,12 @@ class GrammarBatch:
         def static_step():
             self._step_accepted.copy_(step(self._step_tokens))
 
-        if self._replays() and token_ids.shape == self._step_tokens.shape \
+        # Without a budget the step is one launch: launched directly it costs the host less
+        # than the graph's way (the tokens' copy in, the replay, the flags' clone out).
+        if self._budgeted and self._replays() and token_ids.shape == self._step_tokens.shape \
                 and token_ids.device == self.device:
             self._step_tokens.copy_(token_ids)  # the graph reads its tokens from here
-            if self._replay(("accept", self._budgeted), static_step):
+            if self.replay_cached(("accept", self._budgeted), static_step):
                 return self._step_accepted.clone()  # the next replay overwrites the buffer
         return step(token_ids)
 

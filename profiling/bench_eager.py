@@ -2,11 +2,13 @@
 
 1. ``GrammarBatch`` at B = 1: ``fill_next_token_bitmask`` + ``accept`` + reading the accepted
    flag (one host synchronisation), teacher-forced through a valid document, host clock per
-   step (median and p99 over the steps).
+   step (median and p99 over the steps); then the same with ``fill_and_apply`` on logits
+   [1, 151936] instead of the fill (``apply_step``).
 2. ``gxg.contrib.hf.LogitsProcessor`` on CUDA: one call per step as transformers makes it
    (accept the last token, fill, apply to scores [1, 151936]), teacher-forced through the same
-   document, host clock with a synchronisation after each call; and inside ``model.generate``
-   (greedy, 64 new tokens) with a SmolLM2-135M-shaped Llama of random weights over the Qwen
+   document, host clock with a synchronisation after each call (``check_rows=False``, and
+   again with the default ``check_rows=True``: its checks' device read); and inside
+   ``model.generate`` (greedy, 64 new tokens) with a SmolLM2-135M-shaped Llama of random weights over the Qwen
    vocabulary: time per token with the grammar and without (median of 5 runs; the difference
    is within the run-to-run noise of generate itself, so the per-call number is the one to
    read).
@@ -16,7 +18,7 @@ graph, profiling/RESULTS.md); the rest is host time: op dispatch, argument check
 the synchronisation. Target (issue 13): step 1 <= 60 µs.
 
 Setup: Qwen vocabulary (151,851 ids, the model's head 151,936), builtin JSON grammar.
-Usage: python profiling/bench_eager.py [--steps 200] [--out FILE]
+Usage: python profiling/bench_eager.py [--steps 200] [--no-generate] [--out FILE]
        python profiling/bench_eager.py --parts   # the step's host time, call by call
 Prints a table and writes JSON (profiling/results/bench_eager.json or --out).
 """
@@ -37,28 +39,39 @@ from common import RESULTS, machine, percentile, print_table  # noqa: E402
 from gxg import vocabularies  # noqa: E402
 from gxg.batch import GrammarBatch  # noqa: E402
 from gxg.grammar_compiler import GrammarCompiler  # noqa: E402
+from gxg.ops import xg_ops  # noqa: E402
 
 DOCUMENT = ('{"name": "Ada Lovelace", "tags": ["math", "poetry", "engines"], "born": 1815, '
             '"notes": {"engine": "analytical", "program": [1, 2, 3, 5, 8, 13, 21, 34]}, '
             '"letters": [{"to": "Babbage", "year": 1843}, {"to": "Somerville", "year": 1834}]}')
 
 
-def eager_step_times(info, compiled, tokens) -> list:
-    """Seconds per eager step (fill + accept + reading accepted) along ``tokens``."""
+def eager_step_times(info, compiled, tokens, apply: bool = False) -> list:
+    """Seconds per eager step (fill + accept + reading accepted) along ``tokens``; with
+    ``apply``, the fill is ``fill_and_apply`` on logits [1, 151936] (float32), as a runner that
+    masks logits makes it."""
     batch = GrammarBatch(info, device="cuda", max_batch=1, lazy_masks=False)
     batch.bind(0, compiled)
     bitmask = torch.empty((1, (info.vocab_size + 31) // 32), dtype=torch.int32, device="cuda")
+    logits = torch.randn(1, 151936, device="cuda")
     stream = torch.tensor(tokens, dtype=torch.int64, device="cuda").view(-1, 1)
-    for _ in range(2):  # warm-up: compiles the kernels
+
+    def mask():
+        if apply:
+            batch.fill_and_apply(logits)
+        else:
+            batch.fill_next_token_bitmask(bitmask)
+
+    for _ in range(2):  # warm-up: the kernels, then the graphs' capture
         batch.reset()
-        batch.fill_next_token_bitmask(bitmask)
+        mask()
         assert bool(batch.accept(stream[0]).item())
     batch.reset()
     torch.cuda.synchronize()
     times = []
     for t in range(len(tokens)):
         start = time.perf_counter()
-        batch.fill_next_token_bitmask(bitmask)
+        mask()
         ok = bool(batch.accept(stream[t]).item())
         times.append(time.perf_counter() - start)
         if not ok:
@@ -68,10 +81,12 @@ def eager_step_times(info, compiled, tokens) -> list:
 
 def eager_step_parts(info, compiled, tokens, passes: int = 8) -> dict:
     """Median host time (µs) of each part of the eager step: ``fill_next_token_bitmask`` (one
-    graph replay), ``accept`` (the tokens' copy into the graph's buffer, the replay, the
-    flags' clone) and the flag's ``.item()`` (waiting for the device); then, alone, the
-    copy, the clone and a replay of the accept graph."""
-    parts = {name: [] for name in ("fill", "accept", "item", "copy", "clone", "replay")}
+    graph replay), ``accept`` (a direct launch of its kernel; on a tree that replays a graph
+    for it, the tokens' copy into the graph's buffer, the replay and the flags' clone) and the
+    flag's ``.item()`` (waiting for the device); then, alone, the direct launch (``launch``)
+    and, where the tree has an accept graph, the copy, the clone and a replay of it."""
+    parts = {name: [] for name in ("fill", "accept", "item", "launch", "copy", "clone",
+                                   "replay")}
     for _ in range(passes):
         batch = GrammarBatch(info, device="cuda", max_batch=1, lazy_masks=False)
         batch.bind(0, compiled)
@@ -95,8 +110,17 @@ def eager_step_parts(info, compiled, tokens, passes: int = 8) -> dict:
             parts["fill"].append(b - a)
             parts["accept"].append(c - b)
             parts["item"].append(d - c)
-        graph = next(g for key, g in batch._graphs.items() if key[0] == "accept")
+        # the accept's pieces alone: a graph's (the tokens' copy in, the flags' clone out, the
+        # replay), where the tree replays one for accept; the direct launch of its kernel
+        graph = next((g for key, g in batch._graphs.items() if key[0] == "accept"), None)
         for _ in range(50):
+            torch.cuda.synchronize()
+            a = time.perf_counter()
+            xg_ops.CUDA_KERNELS["accept_token"](batch.runtime, batch._arena_tensors, stream[1])
+            b = time.perf_counter()
+            parts["launch"].append(b - a)
+            if graph is None:
+                continue
             torch.cuda.synchronize()
             a = time.perf_counter()
             batch._step_tokens.copy_(stream[1])
@@ -108,13 +132,15 @@ def eager_step_parts(info, compiled, tokens, passes: int = 8) -> dict:
             parts["copy"].append(b - a)
             parts["clone"].append(c - b)
             parts["replay"].append(d - c)
-    return {f"{name}_p50_us": 1e6 * statistics.median(values) for name, values in parts.items()}
+    return {f"{name}_p50_us": 1e6 * statistics.median(values) if values else None
+            for name, values in parts.items()}
 
 
-def processor_call_times(compiled, tokens) -> list:
-    """Seconds per LogitsProcessor call (accept the previous token, fill, apply)."""
+def processor_call_times(compiled, tokens, check_rows: bool = False) -> list:
+    """Seconds per LogitsProcessor call (accept the previous token, fill, apply; with
+    ``check_rows``, the default of the processor, also its checks: one device read)."""
     from gxg.contrib.hf import LogitsProcessor
-    processor = LogitsProcessor(compiled, check_rows=False)
+    processor = LogitsProcessor(compiled, check_rows=check_rows)
     scores = torch.randn(1, 151936, device="cuda")
     ids = torch.tensor([[9707]], device="cuda")
     times = []
@@ -166,6 +192,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--label", default="")
+    parser.add_argument("--no-generate", action="store_true",
+                        help="leave out the model.generate runs (the slowest part)")
     parser.add_argument("--profile", action="store_true",
                         help="also print the host functions that take the eager step's time "
                              "(cProfile, cumulative)")
@@ -191,12 +219,21 @@ def main() -> None:
         profiler = cProfile.Profile()
         profiler.runcall(eager_step_times, info, compiled, document)
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+    applied = []
+    while len(applied) < args.steps:
+        applied += eager_step_times(info, compiled, document, apply=True)
+    applied = [t * 1e6 for t in applied[: args.steps]]
     calls = [t * 1e6 for t in processor_call_times(compiled, document)]
+    checked = [t * 1e6 for t in processor_call_times(compiled, document, check_rows=True)]
     row = {"label": args.label, "eager_step_p50_us": statistics.median(times),
            "eager_step_p99_us": percentile(times, 99),
+           "apply_step_p50_us": statistics.median(applied),
+           "apply_step_p99_us": percentile(applied, 99),
            "processor_call_p50_us": statistics.median(calls),
            "processor_call_p99_us": percentile(calls, 99),
-           **processor_times(info, compiled, args.new_tokens)}
+           "checked_call_p50_us": statistics.median(checked),
+           "checked_call_p99_us": percentile(checked, 99),
+           **({} if args.no_generate else processor_times(info, compiled, args.new_tokens))}
     print_table([row], list(row))
     out = {"device": torch.cuda.get_device_name(), "machine": machine(), "rows": [row]}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

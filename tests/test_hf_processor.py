@@ -114,12 +114,44 @@ def test_grammar_count_must_match_the_batch(model, grammars):
                        pad_token_id=STOP, eos_token_id=STOP)
 
 
-def test_reordered_rows_are_refused(grammars):
-    processor = LogitsProcessor(grammars)
+@pytest.mark.parametrize("backend", ["matcher", "batch"])
+def test_reordered_rows_are_refused(grammars, backend):
+    processor = LogitsProcessor(grammars, backend=backend)
     vocab_size = grammars[0].tokenizer_info.vocab_size
     processor(torch.tensor([[1, 5], [1, 6]]), torch.zeros(2, vocab_size))
     with pytest.raises(ValueError, match="reordered"):  # as a beam search reorder would
         processor(torch.tensor([[1, 6, 7], [1, 5, 7]]), torch.zeros(2, vocab_size))
+
+
+@pytest.mark.parametrize("backend", ["matcher", "batch"])
+def test_a_token_the_mask_refused_is_reported(grammars, backend):
+    """Another processor undoing the mask: the token sampled is not the grammar's. Reported
+    at the next call with ``check_rows`` (the default), else by ``raise_on_errors``; a row
+    whose token is allowed is not."""
+    vocab_size = grammars[0].tokenizer_info.vocab_size
+    first = [sorted(allowed_first_tokens(g, vocab_size)) for g in grammars]
+    refused = next(t for t in range(vocab_size) if t not in allowed_first_tokens(grammars[0],
+                                                                               vocab_size))
+    for check_rows in (True, False):
+        processor = LogitsProcessor(grammars, backend=backend, check_rows=check_rows)
+        processor(torch.tensor([[1], [1]]), torch.zeros(2, vocab_size))
+        fine = torch.tensor([[1, first[0][0]], [1, first[1][0]]])
+        processor(fine, torch.zeros(2, vocab_size))  # both allowed: no error
+        processor.raise_on_errors()
+        processor.reset()
+        processor(torch.tensor([[1], [1]]), torch.zeros(2, vocab_size))
+        step = torch.tensor([[1, refused], [1, first[1][0]]])
+        if check_rows:
+            with pytest.raises(RuntimeError, match="not allow"):
+                processor(step, torch.zeros(2, vocab_size))
+        else:
+            if backend == "matcher":  # the matchers refuse at once
+                with pytest.raises(RuntimeError, match="not allow"):
+                    processor(step, torch.zeros(2, vocab_size))
+                continue
+            processor(step, torch.zeros(2, vocab_size))
+            with pytest.raises(RuntimeError, match=r"rows \[0\]"):
+                processor.raise_on_errors()
 
 
 def test_a_processor_follows_one_generate_call(model, grammars):

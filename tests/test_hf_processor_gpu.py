@@ -118,3 +118,37 @@ def test_token_budget_on_cuda_matches_matchers_and_completes(setup, do_sample):
         text = b"".join(info.decoded_vocab[t] for t in tokens).decode("utf-8")
         assert grammar_accepts(compiled.grammar, text), text
         assert isinstance(json.loads(text)["tags"], list)
+
+
+@pytest.mark.parametrize("budget", [None, 8])
+def test_refused_token_reported_after_graph_replays(setup, budget):
+    """The batch backend's accept replays a graph from its third call on: a token the mask
+    refused is still reported, for its row only, and the accepted rows go on as the host
+    matchers do (with and without a token budget, whose accept is a graph of its own)."""
+    from gxg.matcher import GrammarMatcher, allocate_token_bitmask
+    info, stop, grammars, _ = setup
+    compiled = grammars[1]
+    matcher = GrammarMatcher(compiled)
+    bitmask = allocate_token_bitmask(1, info.vocab_size)
+    path = []  # the first allowed non-stop token, step after step
+    for _ in range(4):
+        matcher.fill_next_token_bitmask(bitmask)
+        allowed = [t for t in range(info.vocab_size)
+                   if (int(bitmask[0, t // 32]) >> (t % 32)) & 1 and t != stop]
+        path.append(allowed[0])
+        assert matcher.accept_token(allowed[0])
+    matcher.fill_next_token_bitmask(bitmask)
+    bits = [(int(bitmask[0, t // 32]) >> (t % 32)) & 1 for t in range(info.vocab_size)]
+    allowed_next = next(t for t, bit in enumerate(bits) if bit and t != stop)
+    refused = bits.index(0)
+    processor = LogitsProcessor(compiled, backend="batch", max_new_tokens=budget)
+    ids = torch.tensor([[1], [1]], device="cuda")
+    scores = torch.zeros(2, 151936, device="cuda")
+    processor(ids, scores.clone())
+    for token in path:
+        ids = torch.cat([ids, torch.tensor([[token], [token]], device="cuda")], dim=1)
+        processor(ids, scores.clone())
+    ids = torch.cat([ids, torch.tensor([[allowed_next], [refused]], device="cuda")], dim=1)
+    with pytest.raises(RuntimeError, match=r"rows \[1\]"):
+        processor(ids, scores.clone())
+    assert processor._rows.batch._graphs, "no graph was replayed"

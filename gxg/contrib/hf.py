@@ -56,6 +56,7 @@ import torch
 import transformers
 
 from gxg.layout import bitmask_words
+from gxg.ops import xg_ops  # registers torch.ops.xg
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.matcher import (GrammarMatcher, GrammarRuntimeError, allocate_token_bitmask,
                          apply_token_bitmask_inplace)
@@ -79,11 +80,18 @@ def _apply(scores: torch.Tensor, bitmask: torch.Tensor, vocab_size: int) -> None
     width = min(scores.shape[1], vocab_size)
     if scores.device.type == "cpu":
         apply_token_bitmask_inplace(scores, bitmask, vocab_size=width)
-    else:
-        import gxg.ops.xg_ops  # noqa: F401  (registers torch.ops.xg)
+    elif torch.compiler.is_compiling():
         torch.ops.xg.apply_token_bitmask_inplace(scores[:, :width], bitmask)
+    else:  # the op's kernel launched directly: no dispatcher layers (GrammarBatch does so too)
+        xg_ops.CUDA_KERNELS["apply_token_bitmask_inplace"](scores[:, :width], bitmask)
     if scores.shape[1] > vocab_size:
         scores[:, vocab_size:] = float("-inf")
+
+
+def _reordered_error() -> ValueError:
+    return ValueError("the rows of input_ids were reordered between calls (beam search, "
+                      "num_beams > 1?); gxg's LogitsProcessor supports greedy decoding and "
+                      "sampling only")
 
 
 class _MatcherRows:
@@ -128,8 +136,10 @@ class _MatcherRows:
     def is_terminated(self) -> torch.Tensor:
         return torch.tensor([m.is_terminated() for m in self.matchers], device=self.device)
 
-    def check(self) -> None:
-        pass  # the matchers raise at once (rejected token, runtime limit)
+    def check(self, reordered: Optional[torch.Tensor] = None) -> None:
+        # the matchers raise at once (rejected token, runtime limit); the order was checked
+        # before the accept (``LogitsProcessor.__call__``)
+        pass
 
 
 class _BatchRows:
@@ -148,11 +158,20 @@ class _BatchRows:
                                    dtype=torch.int32, device=device)
         # Rows whose sampled token the grammar refused; read only by check() (a device read).
         self.rejected = torch.zeros(len(grammars), dtype=torch.bool, device=device)
+        self.tokens = torch.zeros(len(grammars), dtype=torch.int64, device=device)
 
     def accept(self, tokens: torch.Tensor) -> None:
-        finished = self.batch.is_terminated()  # finished rows refuse their padding: no error
-        accepted = self.batch.accept(tokens.to(self.batch.device))
-        self.rejected |= ~accepted & ~finished
+        # the tokens go to a buffer of fixed address, so that eagerly on CUDA the step below is
+        # one replay of a graph (GrammarBatch.replay_cached) instead of ~7 launches
+        self.tokens.copy_(tokens)
+
+        def step():
+            finished = self.batch.is_terminated()  # finished rows refuse their padding
+            accepted = self.batch.accept(self.tokens)
+            self.rejected.logical_or_(accepted.logical_or_(finished).logical_not_())
+
+        if not self.batch.replay_cached(("processor accept", self.batch._budgeted), step):
+            step()
 
     def fill(self) -> torch.Tensor:
         return self.batch.fill_next_token_bitmask(self.bitmask)
@@ -166,9 +185,16 @@ class _BatchRows:
     def is_terminated(self) -> torch.Tensor:
         return self.batch.is_terminated()
 
-    def check(self) -> None:
+    def check(self, reordered: Optional[torch.Tensor] = None) -> None:
+        """Raise for the first of: rows reordered (``reordered``: bool, one element, on the
+        device), a rejected token, a runtime limit; one device read for all three."""
         errors = self.batch.error_codes()
-        rejected, failed = torch.stack([self.rejected.any(), (errors != 0).any()]).tolist()
+        flags = [self.rejected.any(), (errors != 0).any()]
+        if reordered is not None:
+            flags.append(reordered.reshape(()))
+        rejected, failed, *moved = torch.stack(flags).tolist()
+        if moved and moved[0]:
+            raise _reordered_error()
         if rejected:
             rows = torch.nonzero(self.rejected).flatten().tolist()
             raise RuntimeError(f"rows {rows}: the sampled token was not allowed by the grammar; "
@@ -230,11 +256,17 @@ class LogitsProcessor(transformers.LogitsProcessor):
             self.start(input_ids.shape[0], scores.device)
         else:
             self._check_continues(input_ids)
+            reordered = None
+            if self.check_rows:  # read with the batch's own checks: one device read a step
+                reordered = (input_ids[:, -2] != self._last_tokens).any()
+                if isinstance(self._rows, _MatcherRows) and bool(reordered):
+                    raise _reordered_error()  # before the matchers refuse the token
             self.accept(input_ids[:, -1])
             if self.check_rows:
-                self._rows.check()  # a rejected token or a runtime limit
+                self._rows.check(reordered)  # reordered rows, a rejected token, a limit
         self._length = input_ids.shape[1]
-        self._last_tokens = input_ids[:, -1].clone()
+        if self.check_rows:
+            self._last_tokens = input_ids[:, -1].clone()
         self.fill_and_apply(scores)
         return scores
 
@@ -245,10 +277,6 @@ class LogitsProcessor(transformers.LogitsProcessor):
                 f"{tuple(input_ids.shape)} between calls; a gxg LogitsProcessor follows one "
                 "generate call one token at a time (make a new one, or reset() it, per call; "
                 "assisted generation is not supported)")
-        if self.check_rows and not torch.equal(input_ids[:, -2], self._last_tokens):
-            raise ValueError("the rows of input_ids were reordered between calls (beam search, "
-                             "num_beams > 1?); gxg's LogitsProcessor supports greedy decoding "
-                             "and sampling only")
 
     # ------------------------------------------------------------------ step API
     # ``__call__`` is start/accept + fill_and_apply; a hand-written decode loop can call these
