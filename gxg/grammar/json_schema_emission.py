@@ -444,9 +444,6 @@ class GrammarEmitter:
             return Sequence((_lit('"'), Repeat(char, 0, None), _lit('"')))
         return self.helper("json_string", build)
 
-    def char_rule(self) -> RuleRef:
-        return self.helper("json_char", lambda: _unit(_ALL))
-
     def integer_rule(self) -> RuleRef:
         return self.helper("json_integer", lambda: Sequence((
             Repeat(_lit("-"), 0, 1),
@@ -750,7 +747,9 @@ class GrammarEmitter:
 
     def regex_body(self, regex: str, search: bool, keyword: str, ptr: str) -> Maybe:
         """The JSON spellings (raw or escaped units) of the strings ``regex`` matches: the
-        regex's rules copied with each code point set replaced by its units."""
+        regex's rules copied with each code point set replaced by its units, spelled inline
+        (``inline_unit``: a unit rule called in a loop would leave a top inside it at every
+        character)."""
         key = ("body", regex, search)
         if key in self.cache:
             return self.cache[key]
@@ -759,9 +758,10 @@ class GrammarEmitter:
 
         def spell(expr: Expr) -> Maybe:
             if isinstance(expr, Literal):
-                return _seq(*[self.unit(((ord(c), ord(c)),)) for c in expr.data.decode("utf-8")])
+                return _seq(*[self.inline_unit(((ord(c), ord(c)),))
+                              for c in expr.data.decode("utf-8")])
             if isinstance(expr, CharClass):
-                return self.unit(expr.effective_ranges())
+                return self.inline_unit(expr.effective_ranges())
             if isinstance(expr, RuleRef):
                 return RuleRef(names[expr.name])
             if isinstance(expr, Sequence):
@@ -777,21 +777,6 @@ class GrammarEmitter:
             body = None
         self.cache[key] = body
         return body
-
-    def unit(self, ranges) -> Maybe:
-        """One JSON string unit whose code point is in ``ranges``, shared as a rule."""
-        ranges = tuple(_subtract_all(ranges, [(0xD800, 0xDFFF)]))
-        if ranges == ((0, 0xD7FF), (0xE000, 0x10FFFF)):
-            return self.char_rule()
-        key = ("unit", ranges)
-        if key not in self.cache:
-            expr = _unit(ranges)
-            if expr is not None and not isinstance(expr, (Literal, CharClass)):
-                name = self.new_rule("json_unit")
-                self.rules[name] = expr
-                expr = RuleRef(name)
-            self.cache[key] = expr
-        return self.cache[key]
 
     def dfa_expr(self, dfa, hint: str, named: bool = False) -> Maybe:
         """The JSON spellings of the strings ``dfa`` accepts (right-linear rules); ``named``:
@@ -1215,23 +1200,33 @@ class GrammarEmitter:
             for char in name:
                 node = node.setdefault(ord(char), {})
             node[None] = {}  # end marker
-        # The loop's unit is spelled inline, not called as json_char: a loop of rule calls
-        # leaves the mask cache a top inside the called rule at every character, where every
-        # token longer than one character is context-dependent and walked at run time.
-        tail = self.helper("json_chars_close", lambda: Sequence((Repeat(_unit(_ALL), 0, None),
-                                                                  _lit('"'))))
-
         def after(node: dict) -> Expr:
             children = [cp for cp in node if cp is not None]
             alternatives: List[Maybe] = []
             if None not in node:
                 alternatives.append(_lit('"'))
-            alternatives.append(_seq(self.unit(_complement(children)), tail))
+            alternatives.append(self.key_rest(_complement(children)))
             for cp in children:
                 alternatives.append(_seq(_unit(((cp, cp),)), after(node[cp])))
             return _alt(*alternatives)
 
         return Sequence((_lit('"'), after(trie)))
+
+    def key_rest(self, ranges) -> Maybe:
+        """The rest of a key that left the names' trie: one unit in ``ranges``, any units, the
+        closing quote; one rule per ``ranges``, shared by the trie nodes (and cached with the
+        automaton's rule DFAs across schemas). The whole rest is one rule, its units spelled
+        inline: a rule of one unit, or a loop of unit calls, leaves the mask cache a top
+        inside the called rule where every token longer than one character pops out of it,
+        is context-dependent and is walked at run time (~128k tokens of the Qwen vocabulary
+        at each such top, MaskBench's Github schemas; profiling/RESULTS.md)."""
+        ranges = tuple(_subtract_all(ranges, [(0xD800, 0xDFFF)]))
+        key = ("key_rest", ranges)
+        if key not in self.cache:
+            unit = _unit(ranges)
+            self.cache[key] = None if unit is None else self.share(
+                Sequence((unit, Repeat(_unit(_ALL), 0, None), _lit('"'))), "json_key_rest")
+        return self.cache[key]
 
     # -- the grammar
     def grammar(self, body: Maybe) -> Grammar:

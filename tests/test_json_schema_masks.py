@@ -1,0 +1,58 @@
+"""What the JSON Schema emission leaves to the runtime: string units spelled inside the rules
+that loop over them, so that the mask cache decides a node's multi-character tokens at
+compile time instead of leaving them to the fill's walk from the real stacks.
+
+A unit written as a rule of its own (one JSON string unit, or ``json_char``) and called from
+a loop puts a top inside that rule at every character; from there every token longer than
+one character pops out of the rule and is uncertain: ~128k of the Qwen vocabulary's 151k
+tokens walked at every fill from such a top (MaskBench's Github schemas; profiling/RESULTS.md,
+"Keys outside the declared names"). Specified on the real vocabulary: no node of these shapes
+leaves more than a few percent of it uncertain.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from gxg.grammar_compiler import GrammarCompiler
+from gxg.testing import grammar_accepts
+from gxg.vocabularies import missing_packages, tokenizer_info_for
+
+if missing_packages("qwen"):
+    pytest.skip(f"needs {', '.join(missing_packages('qwen'))}", allow_module_level=True)
+
+NAMED = {"name": {"type": "string"}, "note": {"type": "string"}}
+SHAPES = {
+    # keys outside the declared names (a trie of the names, then any other key)
+    "additionalProperties": ({"type": "object", "properties": NAMED,
+                              "additionalProperties": {"type": "integer"}},
+                             ['{"name": "a", "nom": 1}', '{"namex": 2}', '{"n\\u00e9": 3}'],
+                             ['{"name": 1}', '{"nom": "x"}']),
+    # a regex whose classes include escapes ([^,] and .): units with alternatives
+    "pattern": ({"type": "string", "pattern": "^[^,]+,.*$"},
+                ['"ab,cd"', '"\\u00e9,"', '"x,"'], ['"abc"', '",x"']),
+    "patternProperties": ({"type": "object", "patternProperties": {"^x-.+$": {"type": "integer"}},
+                           "additionalProperties": False},
+                          ['{"x-a": 1}', '{"x-\\"q": 2}'], ['{"y-a": 1}', '{"x-": 1}']),
+}
+
+
+@pytest.fixture(scope="module")
+def compiler():
+    return GrammarCompiler(tokenizer_info_for("qwen"))
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_no_node_leaves_most_tokens_to_the_runtime(compiler, shape):
+    schema, accepted, refused = SHAPES[shape]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compiled = compiler.compile_json_schema(schema, any_whitespace=True, strict_mode=False)
+    for text in accepted:
+        assert grammar_accepts(compiled.grammar, text), text
+    for text in refused:
+        assert not grammar_accepts(compiled.grammar, text), text
+    vocab = compiled.tokenizer_info.vocab_size
+    worst = max(len(entry.uncertain) for entry in compiled.mask_cache.precompute().entries)
+    assert worst < vocab // 20, f"a node leaves {worst} of {vocab} tokens uncertain"
