@@ -1213,19 +1213,22 @@ class GrammarEmitter:
         return Sequence((_lit('"'), after(trie)))
 
     def key_rest(self, ranges) -> Maybe:
-        """The rest of a key that left the names' trie: one unit in ``ranges``, any units, the
-        closing quote; one rule per ``ranges``, shared by the trie nodes (and cached with the
-        automaton's rule DFAs across schemas). The whole rest is one rule, its units spelled
-        inline: a rule of one unit, or a loop of unit calls, leaves the mask cache a top
-        inside the called rule where every token longer than one character pops out of it,
-        is context-dependent and is walked at run time (~128k tokens of the Qwen vocabulary
-        at each such top, MaskBench's Github schemas; profiling/RESULTS.md)."""
+        """The rest of a key that left the names' trie: one unit in ``ranges``, then
+        ``json_chars_close`` (any units, the closing quote); one rule per ``ranges``, shared by
+        the trie nodes (and cached with the automaton's rule DFAs across schemas). The unit is
+        spelled inside the rule that goes on with the rest of the key, and the rest's units
+        inside its loop: a rule of one unit, or a loop of unit calls, leaves the mask cache a
+        top inside the called rule where every token longer than one character pops out of
+        it, is context-dependent and is walked at run time (~128k tokens of the Qwen
+        vocabulary at each such top, MaskBench's Github schemas; profiling/RESULTS.md)."""
         ranges = tuple(_subtract_all(ranges, [(0xD800, 0xDFFF)]))
         key = ("key_rest", ranges)
         if key not in self.cache:
             unit = _unit(ranges)
-            self.cache[key] = None if unit is None else self.share(
-                Sequence((unit, Repeat(_unit(_ALL), 0, None), _lit('"'))), "json_key_rest")
+            rest = self.helper("json_chars_close", lambda: Sequence((
+                Repeat(_unit(_ALL), 0, None), _lit('"'))))
+            self.cache[key] = None if unit is None else self.share(Sequence((unit, rest)),
+                                                                   "json_key_rest")
         return self.cache[key]
 
     # -- the grammar
