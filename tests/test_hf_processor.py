@@ -129,9 +129,9 @@ def test_a_token_the_mask_refused_is_reported(grammars, backend):
     at the next call with ``check_rows`` (the default), else by ``raise_on_errors``; a row
     whose token is allowed is not."""
     vocab_size = grammars[0].tokenizer_info.vocab_size
-    first = [sorted(allowed_first_tokens(g, vocab_size)) for g in grammars]
-    refused = next(t for t in range(vocab_size) if t not in allowed_first_tokens(grammars[0],
-                                                                               vocab_size))
+    allowed = [allowed_first_tokens(g, vocab_size) for g in grammars]
+    first = [sorted(tokens) for tokens in allowed]
+    refused = next(t for t in range(vocab_size) if t not in allowed[0])
     for check_rows in (True, False):
         processor = LogitsProcessor(grammars, backend=backend, check_rows=check_rows)
         processor(torch.tensor([[1], [1]]), torch.zeros(2, vocab_size))

@@ -1221,10 +1221,9 @@ class GrammarEmitter:
         top inside the called rule where every token longer than one character pops out of
         it, is context-dependent and is walked at run time (~128k tokens of the Qwen
         vocabulary at each such top, MaskBench's Github schemas; profiling/RESULTS.md)."""
-        ranges = tuple(_subtract_all(ranges, [(0xD800, 0xDFFF)]))
-        key = ("key_rest", ranges)
+        key = ("key_rest", tuple(ranges))
         if key not in self.cache:
-            unit = _unit(ranges)
+            unit = self.inline_unit(ranges)
             rest = self.helper("json_chars_close", lambda: Sequence((
                 Repeat(_unit(_ALL), 0, None), _lit('"'))))
             self.cache[key] = None if unit is None else self.share(Sequence((unit, rest)),
