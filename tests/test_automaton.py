@@ -909,3 +909,47 @@ def test_pruned_grammars_skip_the_dead_part_check_without_changing_tables():
         assert same_tables(build_automaton(grammar),
                            build_automaton(dataclasses.replace(grammar, pruned=False))), name
     assert not prepare(ebnf('root ::= "x" root')).pruned  # the empty language: MATCHES_NOTHING
+
+
+def test_the_collector_is_paused_and_restored_after():
+    """``gc_paused`` (compiles, the vocabulary walks): off inside, nested and overlapping
+    pauses (threads) share one, the collector's state before the first comes back after the
+    last, also when the block raises, and a collector the caller had turned off stays off."""
+    import gc
+    import threading
+    from gxg.compiler.automaton import gc_paused
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        with gc_paused():
+            assert not gc.isenabled()
+            with gc_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        with pytest.raises(ValueError):
+            with gc_paused():
+                raise ValueError("a compile that fails")
+        assert gc.isenabled()
+        inside, leave = threading.Barrier(2), threading.Event()
+
+        def pause_in_thread():
+            with gc_paused():
+                inside.wait()
+                leave.wait()
+        thread = threading.Thread(target=pause_in_thread, daemon=True)
+        try:
+            with gc_paused():  # this pause first, then the thread's
+                thread.start()
+                inside.wait(timeout=10)
+            assert not gc.isenabled()  # the thread's pause is still under way
+        finally:
+            leave.set()
+            thread.join(timeout=10)
+        assert gc.isenabled()
+        gc.disable()
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

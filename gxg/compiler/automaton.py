@@ -1266,19 +1266,37 @@ def _unique_name(base: str, taken: set, separator: str = "") -> str:
     return candidate
 
 
+_gc_pause_lock = threading.Lock()
+_gc_pauses = [0, False]  # pauses under way, and whether the collector was on before the first
+
+
 @contextlib.contextmanager
 def gc_paused():
-    """The builder (and the whole compile: ``GrammarCompiler``) allocates many small
-    containers that die together; the cyclic collector's repeated full scans of them cost
-    ~20% on large grammars (~15 % of the mean compile of MaskBench's BFCL schemas) and free
-    nothing. Nested pauses keep the collector off until the outermost ends."""
-    was_enabled = gc.isenabled()
-    gc.disable()
+    """The cyclic garbage collector off while the block runs. The builder (and the whole
+    compile: ``GrammarCompiler``) allocates many small containers that die together; the
+    vocabulary walks of the mask cache (``gxg.compiler.mask_cache``, the CPU runtime's walks
+    from real stacks) allocate stacks and configurations by the hundred thousand and keep
+    most of them. None of them forms a reference cycle, yet the collector scans the young
+    ones every 700 allocations, and each scan that survives brings a full collection nearer
+    (~130-170 ms in a process with torch loaded): ~20 % of large compiles (~15 % of the mean
+    compile of MaskBench's BFCL schemas), and the longest steps of lazy masks. Paused, the
+    collector runs once after the block instead.
+
+    Process-wide state, as the collector's is: nested and concurrent pauses (matchers on
+    several threads) share one, and the collector is turned back on only if it was on when
+    the first of them began."""
+    with _gc_pause_lock:
+        if _gc_pauses[0] == 0:
+            _gc_pauses[1] = gc.isenabled()
+            gc.disable()
+        _gc_pauses[0] += 1
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        with _gc_pause_lock:
+            _gc_pauses[0] -= 1
+            if _gc_pauses[0] == 0 and _gc_pauses[1]:
+                gc.enable()
 
 
 def build_automaton(grammar: Grammar, *, max_nodes: int = DEFAULT_MAX_NODES) -> Automaton:
