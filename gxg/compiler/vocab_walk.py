@@ -80,11 +80,9 @@ class VocabularyWalk:
         self._byte_class = byte_class.tolist()
         self._byte_class_array = byte_class
         self._next_node = walker.automaton.next_node
+        self._class_members = [np.nonzero(byte_class == c)[0]
+                               for c in range(int(byte_class.max()) + 1)]
         self._dead_bytes: Dict[FrozenSet[int], np.ndarray] = {}  # per set of tops (a cache)
-        # ``_same_step_bytes``' caches: the tops each stepped state's step reads, and the
-        # bytes alike per (tops, byte class)
-        self._state_tops: Dict[int, Tuple[int, ...]] = {}
-        self._alike_bytes: Dict[Tuple[Tuple[int, ...], int], np.ndarray] = {}
         self.configs: List[Config] = [EMPTY_CONFIG]
         self._ids: Dict[Config, int] = {EMPTY_CONFIG: DEAD}
         self._transition = np.full(64 * 256, UNKNOWN, dtype=np.int32)  # [state * 256 + byte]
@@ -143,41 +141,17 @@ class VocabularyWalk:
         result = self._transition[keys]
         if len(result) and result.min() == UNKNOWN:
             missing = result == UNKNOWN
-            # A step depends on the byte only through the next nodes of the tops: compute
-            # one byte and fill every byte that steps alike (``_same_step_bytes``).
+            # A step depends on the byte only through its class: compute one byte per
+            # (state, class) and fill the whole class.
+            members = self._class_members
             for key in sorted(set(keys[missing].tolist())):
                 if self._transition[key] != UNKNOWN:
-                    continue  # filled with an earlier byte that steps alike
+                    continue  # filled with an earlier byte of the same class
                 state, byte = divmod(key, 256)
                 target = self.intern(self.walker.step(self.configs[state], byte))
-                self._transition[state * 256 + self._same_step_bytes(state, byte)] = target
+                self._transition[state * 256 + members[self._byte_class[byte]]] = target
             result = self._transition[keys]
         return result
-
-    def _same_step_bytes(self, state: int, byte: int) -> np.ndarray:
-        """The bytes whose step from ``state`` is the step by ``byte``: a step reads a byte
-        only through the next node of each top (of the configuration's stacks and of their
-        lookaheads' stacks), so bytes whose classes lead every one of those tops to the same
-        node step alike. Inside a string, where a grammar's many literal keys split the
-        letters into dozens of classes, that is one closure instead of one per class. (Kept
-        per set of tops and class: configurations share their tops.)"""
-        tops = self._state_tops.get(state)
-        if tops is None:
-            found = set()
-            for stack, _, lookahead in self.configs[state]:
-                if stack and stack[-1] >= 0:
-                    found.add(stack[-1])
-                if lookahead is not None:
-                    found.update(top[-1] for top, _, _ in lookahead if top)
-            tops = self._state_tops[state] = tuple(sorted(found))
-        cls = self._byte_class[byte]
-        alike = self._alike_bytes.get((tops, cls))
-        if alike is None:
-            columns = self._next_node[list(tops)]  # [tops, classes]: next node per class
-            same_class = (columns == columns[:, cls, None]).all(axis=0)
-            alike = self._alike_bytes[tops, cls] = np.flatnonzero(
-                same_class[self._byte_class_array])
-        return alike
 
     # ------------------------------------------------------------------ loops
     def note_loops(self, states: np.ndarray) -> None:
@@ -684,14 +658,7 @@ def _walk_whole_ranges(walk, trie: TokenTrie, origin: np.ndarray, states: np.nda
         chosen = np.flatnonzero(key_ids == key_id)
         whole, broken, first_break = trie.runs.whole_tokens(walk.loop_keys[key_id], trie)
         starts, stops = np.searchsorted(whole, lo[chosen]), np.searchsorted(whole, hi[chosen])
-        # Ranges of one origin and state that meet in ``whole`` go out as one slice (the
-        # first-byte prefixes of a string's letters: one slice, not one per letter).
-        same = ((origin[chosen[1:]] == origin[chosen[:-1]])
-                & (states[chosen[1:]] == states[chosen[:-1]]) & (starts[1:] == stops[:-1]))
-        first = np.flatnonzero(np.append(True, ~same))
-        last = np.append(first[1:], len(chosen)) - 1
-        for i, a, b in zip(chosen[first].tolist(), starts[first].tolist(),
-                           stops[last].tolist()):
+        for i, a, b in zip(chosen.tolist(), starts.tolist(), stops.tolist()):
             if b > a:
                 yield int(origin[i]), whole[a:b], int(states[i])
         a, b = np.searchsorted(broken, lo[chosen]), np.searchsorted(broken, hi[chosen])
