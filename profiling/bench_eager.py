@@ -3,7 +3,8 @@
 1. ``GrammarBatch`` at B = 1: ``fill_next_token_bitmask`` + ``accept`` + reading the accepted
    flag (one host synchronisation), teacher-forced through a valid document, host clock per
    step (median and p99 over the steps); then the same with ``fill_and_apply`` on logits
-   [1, 151936] instead of the fill (``apply_step``).
+   [1, 151936] instead of the fill (``apply_step``), and with ``fill_and_sample`` (greedy) on
+   them (``sample_step``).
 2. ``gxg.contrib.hf.LogitsProcessor`` on CUDA: one call per step as transformers makes it
    (accept the last token, fill, apply to scores [1, 151936]), teacher-forced through the same
    document, host clock with a synchronisation after each call (``check_rows=False``, and
@@ -46,32 +47,36 @@ DOCUMENT = ('{"name": "Ada Lovelace", "tags": ["math", "poetry", "engines"], "bo
             '"letters": [{"to": "Babbage", "year": 1843}, {"to": "Somerville", "year": 1834}]}')
 
 
-def eager_step_times(info, compiled, tokens, apply: bool = False) -> list:
+def eager_step_times(info, compiled, tokens, mask: str = "fill") -> list:
     """Seconds per eager step (fill + accept + reading accepted) along ``tokens``; with
-    ``apply``, the fill is ``fill_and_apply`` on logits [1, 151936] (float32), as a runner that
-    masks logits makes it."""
+    ``mask="apply"`` the fill is ``fill_and_apply`` on logits [1, 151936] (float32), as a
+    runner that masks logits makes it; with ``mask="sample"`` it is ``fill_and_sample``
+    (greedy) on them, as a runner that samples with the grammar's op makes it (the document's
+    token is accepted, not the one drawn)."""
     batch = GrammarBatch(info, device="cuda", max_batch=1, lazy_masks=False)
     batch.bind(0, compiled)
     bitmask = torch.empty((1, (info.vocab_size + 31) // 32), dtype=torch.int32, device="cuda")
     logits = torch.randn(1, 151936, device="cuda")
     stream = torch.tensor(tokens, dtype=torch.int64, device="cuda").view(-1, 1)
 
-    def mask():
-        if apply:
+    def masked_fill():
+        if mask == "apply":
             batch.fill_and_apply(logits)
+        elif mask == "sample":
+            batch.fill_and_sample(logits)
         else:
             batch.fill_next_token_bitmask(bitmask)
 
     for _ in range(2):  # warm-up: the kernels, then the graphs' capture
         batch.reset()
-        mask()
+        masked_fill()
         assert bool(batch.accept(stream[0]).item())
     batch.reset()
     torch.cuda.synchronize()
     times = []
     for t in range(len(tokens)):
         start = time.perf_counter()
-        mask()
+        masked_fill()
         ok = bool(batch.accept(stream[t]).item())
         times.append(time.perf_counter() - start)
         if not ok:
@@ -219,16 +224,21 @@ def main() -> None:
         profiler = cProfile.Profile()
         profiler.runcall(eager_step_times, info, compiled, document)
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
-    applied = []
+    applied, sampled = [], []
     while len(applied) < args.steps:
-        applied += eager_step_times(info, compiled, document, apply=True)
+        applied += eager_step_times(info, compiled, document, mask="apply")
     applied = [t * 1e6 for t in applied[: args.steps]]
+    while len(sampled) < args.steps:
+        sampled += eager_step_times(info, compiled, document, mask="sample")
+    sampled = [t * 1e6 for t in sampled[: args.steps]]
     calls = [t * 1e6 for t in processor_call_times(compiled, document)]
     checked = [t * 1e6 for t in processor_call_times(compiled, document, check_rows=True)]
     row = {"label": args.label, "eager_step_p50_us": statistics.median(times),
            "eager_step_p99_us": percentile(times, 99),
            "apply_step_p50_us": statistics.median(applied),
            "apply_step_p99_us": percentile(applied, 99),
+           "sample_step_p50_us": statistics.median(sampled),
+           "sample_step_p99_us": percentile(sampled, 99),
            "processor_call_p50_us": statistics.median(calls),
            "processor_call_p99_us": percentile(calls, 99),
            "checked_call_p50_us": statistics.median(checked),
