@@ -55,7 +55,6 @@ import numpy as np
 
 from gxg import layout
 from gxg.layout import bitmask_words, pool_index_slot
-from gxg.compiler.automaton import gc_paused
 from gxg.compiler.completion import CompletionDistances, NO_RISE_BOUND, completion_distances
 from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.mask_cache import StateClasses, classify_pair
@@ -924,9 +923,8 @@ def _walk_from_stacks(t: HostTables, stacks, sorted_indices: np.ndarray) -> np.n
     ``stacks`` (a walk of the set of them: a token is accepted iff some stack takes it, and
     the walk's configurations are sets of stacks, so tokens share their prefixes' steps)."""
     walk = t.full_stack_walk()
-    with gc_paused():
-        start = walk.intern(frozenset((stack, False, None) for stack in stacks))
-        final = walk.walk_pairs(np.full(len(sorted_indices), start, np.int32), sorted_indices)
+    start = walk.intern(frozenset((stack, False, None) for stack in stacks))
+    final = walk.walk_pairs(np.full(len(sorted_indices), start, np.int32), sorted_indices)
     return sorted_indices[final != DEAD]
 
 

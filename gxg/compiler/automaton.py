@@ -1266,16 +1266,19 @@ def _unique_name(base: str, taken: set, separator: str = "") -> str:
     return candidate
 
 
-_gc_pause_lock = threading.Lock()
-_gc_pauses = [0, False]  # pauses under way, and whether the collector was on before the first
+class _CollectorPauses:
+    """``gc_paused``'s shared state (the collector's is process-wide too)."""
+    lock = threading.Lock()
+    under_way = 0          # pauses not yet ended
+    was_enabled = False    # the collector's state when the first of them began
 
 
 @contextlib.contextmanager
 def gc_paused():
     """The cyclic garbage collector off while the block runs. The builder (and the whole
     compile: ``GrammarCompiler``) allocates many small containers that die together; the
-    vocabulary walks of the mask cache (``gxg.compiler.mask_cache``, the CPU runtime's walks
-    from real stacks) allocate stacks and configurations by the hundred thousand and keep
+    vocabulary walks (``gxg.compiler.vocab_walk``: the mask cache's entries, the CPU runtime's
+    walks from real stacks) allocate stacks and configurations by the hundred thousand and keep
     most of them. None of them forms a reference cycle, yet the collector scans the young
     ones every 700 allocations, and each scan that survives brings a full collection nearer
     (~130-170 ms in a process with torch loaded): ~20 % of large compiles (~15 % of the mean
@@ -1285,17 +1288,18 @@ def gc_paused():
     Process-wide state, as the collector's is: nested and concurrent pauses (matchers on
     several threads) share one, and the collector is turned back on only if it was on when
     the first of them began."""
-    with _gc_pause_lock:
-        if _gc_pauses[0] == 0:
-            _gc_pauses[1] = gc.isenabled()
+    pauses = _CollectorPauses
+    with pauses.lock:
+        if pauses.under_way == 0:
+            pauses.was_enabled = gc.isenabled()
             gc.disable()
-        _gc_pauses[0] += 1
+        pauses.under_way += 1
     try:
         yield
     finally:
-        with _gc_pause_lock:
-            _gc_pauses[0] -= 1
-            if _gc_pauses[0] == 0 and _gc_pauses[1]:
+        with pauses.lock:
+            pauses.under_way -= 1
+            if pauses.under_way == 0 and pauses.was_enabled:
                 gc.enable()
 
 

@@ -36,7 +36,7 @@ from gxg import compile_budget
 from gxg.compile_budget import CompileTimeoutError
 from gxg.grammar.ir import GrammarError
 from gxg.layout import bitmask_words
-from gxg.compiler.automaton import Automaton, gc_paused
+from gxg.compiler.automaton import Automaton
 from gxg.compiler.stack_walk import StackWalker
 from gxg.compiler.vocab_walk import (RunBreaks, TokenTrie, VocabularyWalk, add_repeats,
                                      concatenated, walk_trie_parts)
@@ -372,9 +372,8 @@ class NodeClassifier:
 
     def __call__(self, nodes: np.ndarray) -> List[NodeTokenMask]:
         is_token = self.automaton.token_set[nodes] >= 0
-        with gc_paused():
-            walked = iter(classify_nodes(self.walk, self.classes_of, self.trie,
-                                         nodes[~is_token]) if not is_token.all() else ())
+        walked = iter(classify_nodes(self.walk, self.classes_of, self.trie, nodes[~is_token])
+                      if not is_token.all() else ())
         return [self._token_entry(int(node)) if token else next(walked)
                 for node, token in zip(nodes.tolist(), is_token.tolist())]
 

@@ -29,6 +29,7 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 import numpy as np
 
 from gxg import compile_budget
+from gxg.compiler.automaton import gc_paused
 from gxg.compiler.stack_walk import EMPTY_CONFIG, Config, StackWalker
 
 DEAD = 0
@@ -201,6 +202,7 @@ class VocabularyWalk:
         return all(len(r) == 1 and r[0] == state for r in reached)
 
     # ------------------------------------------------------------------ the walk
+    @gc_paused()  # a walk allocates stacks and configurations by the hundred thousand
     def walk_pairs(self, states: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Final state of each (state, sorted-token index) pair after all the token's bytes
         (with ``runs`` and at least RUNS_MIN_PAIRS pairs, skipping runs of looping states:
@@ -515,6 +517,7 @@ def concatenated(parts) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     return tuple(np.concatenate([c[k] for c in columns]) for k in range(3))
 
 
+@gc_paused()  # a walk allocates stacks and configurations by the hundred thousand
 def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray) -> list:
     """Walk every token from each start state at once, through the trie.
 
