@@ -849,12 +849,20 @@ def renamed(grammar: Grammar, prefix: str) -> Grammar:
     return Grammar((rules[0], *reversed(rules[1:])), mapping[grammar.root_rule_name])
 
 
-CACHE_CASES = sorted(ZOO) + ["builtin JSON"]
+# A JSON Schema front end's grammar shares subtrees between rules and inside one rule (the
+# units of a key trie): the cache's keys must see through the sharing.
+EXTRA_KEYS_SCHEMA = {"type": "object", "additionalProperties": {"type": "integer"},
+                     "properties": {"alpha": {"type": "string"}, "alps": {"type": "boolean"}}}
+CACHE_CASES = sorted(ZOO) + ["builtin JSON", "JSON Schema with extra keys"]
 
 
 def prepared(name: str) -> Grammar:
     from gxg.compiler.passes import prepare
-    return prepare(Grammar.builtin_json_grammar() if name == "builtin JSON" else ebnf(ZOO[name][0]))
+    if name == "builtin JSON":
+        return prepare(Grammar.builtin_json_grammar())
+    if name == "JSON Schema with extra keys":
+        return prepare(Grammar.from_json_schema(EXTRA_KEYS_SCHEMA, strict_mode=False))
+    return prepare(ebnf(ZOO[name][0]))
 
 
 @pytest.mark.parametrize("name", CACHE_CASES)
@@ -877,6 +885,63 @@ def test_cached_rule_dfas_equal_fresh_builds(name):
 def prepare_renamed(grammar: Grammar) -> Grammar:
     from gxg.compiler.passes import prepare
     return prepare(renamed(grammar, "other_"))
+
+
+def random_body(rng: random.Random, met: List[Expr], depth: int = 0) -> Expr:
+    """A random rule body over a small alphabet (so that equal bodies recur), reusing an
+    expression met before (the same object) now and then, as front ends share subtrees."""
+    if met and rng.random() < 0.3:
+        return rng.choice(met)
+    kind = rng.choice(["lit", "class", "ref"] if depth >= 3 else
+                      ["lit", "class", "ref", "seq", "alt", "rep"])
+    if kind == "lit":
+        return Literal(rng.choice([b"a", b"b"]))
+    if kind == "class":
+        return CharClass(((0x61, rng.choice([0x61, 0x7A])),))
+    if kind == "ref":
+        return RuleRef(rng.choice(["x", "y", "z"]))
+    parts = tuple(random_body(rng, met, depth + 1) for _ in range(rng.choice([2, 3])))
+    expr = (Sequence(parts) if kind == "seq" else Choice(parts) if kind == "alt"
+            else Repeat(parts[0], rng.choice([0, 1]), rng.choice([None, 2])))
+    met.append(expr)
+    return expr
+
+
+def refs_numbered(expr: Expr) -> Expr:
+    """``expr`` with its rule references renamed r0, r1, ... in order of first use."""
+    from gxg.grammar.combine import rename_refs
+    from gxg.grammar.ir import iter_rule_refs
+    first_use = dict.fromkeys(iter_rule_refs(expr))
+    return rename_refs(expr, {name: f"r{k}" for k, name in enumerate(first_use)})
+
+
+def test_equal_rule_dfa_cache_keys_are_equal_bodies():
+    """The rule DFA cache's key writes a subtree met before in the body as a back reference:
+    two bodies with one key are still the same body up to the rules' names (so they have one
+    DFA), however their subtrees are shared; and sharing does not make unequal bodies equal."""
+    from gxg.compiler.automaton import _body_key
+    rng = random.Random(7)
+    by_key: Dict[tuple, Expr] = {}
+    collisions = 0
+    for _ in range(3000):
+        body = random_body(rng, [])
+        key, names = _body_key(body)
+        assert len(names) == len(set(names))
+        canonical = refs_numbered(body)
+        if key in by_key:
+            collisions += 1
+            assert by_key[key] == canonical
+        by_key[key] = canonical
+    assert collisions > 100  # the alphabet is small enough for the property to be exercised
+    shared = Sequence((Literal(b"a"), Choice((Literal(b"b"), RuleRef("x")))))
+    twice = Sequence((shared, shared))
+    other = Sequence((shared, Sequence((Literal(b"a"), Choice((Literal(b"b"), RuleRef("y")))))))
+    assert _body_key(twice)[0] != _body_key(other)[0]
+    first, second = Repeat(Literal(b"a"), 0, None), Choice((Literal(b"a"), Literal(b"b")))
+    assert (_body_key(Sequence((first, second, first)))[0]
+            != _body_key(Sequence((first, second, second)))[0])  # which subtree is met again
+    copied = Sequence((shared, Sequence((Literal(b"a"), Choice((Literal(b"b"), RuleRef("x")))))))
+    assert _body_key(copied)[1] == _body_key(twice)[1] == ["x"]
 
 
 def test_cached_rule_dfa_keeps_the_node_limits():

@@ -125,7 +125,6 @@ from gxg import compile_budget
 BUDGET_CHECK_EVERY = 1024  # rounds of a long loop between two checks of the compile deadline
 from gxg.grammar.ir import (
     children,
-    iter_subexprs,
     CharClass,
     Choice,
     Expr,
@@ -431,24 +430,27 @@ class _ClassFragment:
 def _class_fragment(ranges: Tuple[Tuple[int, int], ...]) -> _ClassFragment:
     suffix_state: Dict[ByteRangeSequence, int] = {}
     edges: List[Tuple[int, int, int, int]] = []
-
-    def state_for(suffix: ByteRangeSequence) -> int:
-        # The state whose remaining language is exactly ``suffix``: shared by every sequence
-        # that ends the same way (continuation bytes make this common).
-        if not suffix:
-            return 1
-        if suffix not in suffix_state:
-            following = state_for(suffix[1:])  # depth <= 3: bounded recursion
-            suffix_state[suffix] = len(suffix_state) + 2
-            lo, hi = suffix[0]
-            edges.append((suffix_state[suffix], lo, hi, following))
-        return suffix_state[suffix]
-
     for lo, hi in ranges:
         for sequence in utf8_byte_sequences(lo, hi):
             first_lo, first_hi = sequence[0]
-            edges.append((0, first_lo, first_hi, state_for(sequence[1:])))
+            edges.append((0, first_lo, first_hi, _suffix_state(sequence[1:], suffix_state, edges)))
     return _ClassFragment(len(suffix_state), tuple(edges))
+
+
+def _suffix_state(suffix: ByteRangeSequence, suffix_state: Dict[ByteRangeSequence, int],
+                  edges: List[Tuple[int, int, int, int]]) -> int:
+    """The state of ``_class_fragment`` whose remaining language is exactly ``suffix``: shared
+    by every sequence that ends the same way (continuation bytes make this common); new
+    states' edges go to ``edges``. (A module function: a closure that calls itself is a
+    reference cycle, left for the collector.)"""
+    if not suffix:
+        return 1
+    if suffix not in suffix_state:
+        following = _suffix_state(suffix[1:], suffix_state, edges)  # depth <= 3
+        suffix_state[suffix] = len(suffix_state) + 2
+        lo, hi = suffix[0]
+        edges.append((suffix_state[suffix], lo, hi, following))
+    return suffix_state[suffix]
 
 
 # ----------------------------------------------------------------------------- NFA
@@ -1279,11 +1281,11 @@ def gc_paused():
     compile: ``GrammarCompiler``) allocates many small containers that die together; the
     vocabulary walks (``gxg.compiler.vocab_walk``: the mask cache's entries, the CPU runtime's
     walks from real stacks) allocate stacks and configurations by the hundred thousand and keep
-    most of them. None of them forms a reference cycle, yet the collector scans the young
-    ones every 700 allocations, and each scan that survives brings a full collection nearer
-    (~130-170 ms in a process with torch loaded): ~20 % of large compiles (~15 % of the mean
-    compile of MaskBench's BFCL schemas), and the longest steps of lazy masks. Paused, the
-    collector runs once after the block instead.
+    most of them. None of them forms a reference cycle (tests/test_compile_garbage.py), yet
+    the collector scans the young ones every 700 allocations, and each scan that survives
+    brings a full collection nearer (~130-170 ms in a process with torch loaded): ~20 % of
+    large compiles (~15 % of the mean compile of MaskBench's BFCL schemas), and the longest
+    steps of lazy masks. Paused, the collector runs once after the block instead.
 
     Process-wide state, as the collector's is: nested and concurrent pauses (matchers on
     several threads) share one, and the collector is turned back on only if it was on when
@@ -1467,23 +1469,36 @@ def clear_rule_dfa_cache() -> None:
 
 def _body_key(body: Expr) -> Optional[Tuple[tuple, List[str]]]:
     """(key, the referenced rules in first-use order) of a rule body: its expressions in
-    pre-order, a reference as -1 - its first-use number. None for a body with a token set (the
-    builder numbers those as it meets them, across rules)."""
+    pre-order, a reference as -1 - its first-use number, and a compound expression met before
+    in this body (the same object: a JSON string unit at every node of a key trie) as a back
+    reference to where it was met, instead of its expressions again. Equal keys are equal
+    bodies. None for a body with a token set (the builder numbers those as it meets them,
+    across rules)."""
     names: Dict[str, int] = {}
     out: list = []
-    for expr in iter_subexprs(body):  # pre-order, iterative
+    first_seen: Dict[int, int] = {}
+    stack = [body]
+    while stack:
+        expr = stack.pop()
         if isinstance(expr, (Literal, CharClass)):
             out.append(expr)
         elif isinstance(expr, RuleRef):
             out.append(-1 - names.setdefault(expr.name, len(names)))
-        elif isinstance(expr, Sequence):
-            out.append(("S", len(expr.items)))
-        elif isinstance(expr, Choice):
-            out.append(("A", len(expr.alternatives)))
-        elif isinstance(expr, Repeat):
-            out.append(("R", expr.min, expr.max))
+        elif id(expr) in first_seen:
+            out.append(("B", first_seen[id(expr)]))
         else:
-            return None
+            first_seen[id(expr)] = len(out)
+            if isinstance(expr, Sequence):
+                out.append(("S", len(expr.items)))
+                stack.extend(reversed(expr.items))
+            elif isinstance(expr, Choice):
+                out.append(("A", len(expr.alternatives)))
+                stack.extend(reversed(expr.alternatives))
+            elif isinstance(expr, Repeat):
+                out.append(("R", expr.min, expr.max))
+                stack.append(expr.expr)
+            else:
+                return None
     return tuple(out), list(names)
 
 

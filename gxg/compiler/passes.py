@@ -563,11 +563,12 @@ def remove_dead_rules(grammar: Grammar) -> Grammar:
         return Grammar((Rule(root, MATCHES_NOTHING),), root)
     bodies: Dict[str, Expr] = {}
     lookaheads: Dict[str, Optional[Expr]] = {}
+    pruned: Dict[int, Optional[Expr]] = {}  # _prune's: a shared subtree is pruned once
     for rule in grammar.rules:
         if rule.name in productive:
-            bodies[rule.name] = _prune(rule.body, productive)
+            bodies[rule.name] = _prune(rule.body, productive, pruned)
             lookaheads[rule.name] = (None if rule.lookahead is None
-                                     else _prune(rule.lookahead, productive))
+                                     else _prune(rule.lookahead, productive, pruned))
     original = {rule.name: rule for rule in grammar.rules}
 
     def pruned_refs(name: str) -> List[str]:
@@ -596,27 +597,37 @@ def _remove_unreachable_rules(grammar: Grammar) -> Grammar:
                    grammar.root_rule_name, pruned=True)
 
 
-def _prune(expr: Expr, productive: Set[str]) -> Optional[Expr]:
+def _prune(expr: Expr, productive: Set[str], pruned: Dict[int, Optional[Expr]]) -> Optional[Expr]:
     """``expr`` without its non-productive parts; None when nothing productive is left.
 
     ``expr`` itself when nothing was pruned (so callers can tell by identity). A pruned
     expression is not normalised here — ``Rule`` normalises its body once — because
-    normalising at every level made the pass quadratic in the nesting depth."""
+    normalising at every level made the pass quadratic in the nesting depth. ``pruned``
+    remembers the compound expressions done, by id (the grammar keeps them alive), so a
+    subtree that many rules share is walked once."""
     if isinstance(expr, (Literal, TokenSet)):
         return expr
     if isinstance(expr, CharClass):
         return None if _matches_no_code_point(expr) else expr
     if isinstance(expr, RuleRef):
         return expr if expr.name in productive else None
+    key = id(expr)
+    if key not in pruned:
+        pruned[key] = _pruned_compound(expr, productive, pruned)
+    return pruned[key]
+
+
+def _pruned_compound(expr: Expr, productive: Set[str], pruned: Dict[int, Optional[Expr]]
+                     ) -> Optional[Expr]:
     if isinstance(expr, Sequence):
-        items = [_prune(item, productive) for item in expr.items]
+        items = [_prune(item, productive, pruned) for item in expr.items]
         if any(item is None for item in items):
             return None
         if all(new is old for new, old in zip(items, expr.items)):
             return expr
         return Sequence(tuple(items))
     if isinstance(expr, Choice):
-        alternatives = [_prune(alt, productive) for alt in expr.alternatives]
+        alternatives = [_prune(alt, productive, pruned) for alt in expr.alternatives]
         present = [alt for alt in alternatives if alt is not None]
         if not present:
             return None
@@ -625,7 +636,7 @@ def _prune(expr: Expr, productive: Set[str]) -> Optional[Expr]:
             return expr
         return present[0] if len(present) == 1 else Choice(tuple(present))
     if isinstance(expr, Repeat):
-        inner = _prune(expr.expr, productive)
+        inner = _prune(expr.expr, productive, pruned)
         if inner is None:  # only zero iterations are possible
             return Literal(b"") if expr.min == 0 else None
         return expr if inner is expr.expr else Repeat(inner, expr.min, expr.max)
@@ -696,24 +707,26 @@ def _inline_into(expr: Expr, refs: Tuple[str, ...], inlinable: Dict[str, Tuple[E
     once)."""
     if not any(ref in inlinable for ref in refs):
         return expr
-    budget = [max_result_size - expr_size(expr)]
+    return _inlined(expr, inlinable, [max_result_size - expr_size(expr)])
 
-    def rebuild(node: Expr) -> Expr:
-        if isinstance(node, RuleRef):
-            body, size = inlinable.get(node.name, (None, 0))
-            if body is not None and size - 1 <= budget[0]:
-                budget[0] -= size - 1
-                return body
-            return node
-        if isinstance(node, Sequence):
-            return Sequence(tuple(rebuild(item) for item in node.items))
-        if isinstance(node, Choice):
-            return Choice(tuple(rebuild(alt) for alt in node.alternatives))
-        if isinstance(node, Repeat):
-            return Repeat(rebuild(node.expr), node.min, node.max)
+
+def _inlined(node: Expr, inlinable: Dict[str, Tuple[Expr, int]], budget: List[int]) -> Expr:
+    """``_inline_into``'s rebuild of ``node``, spending ``budget[0]`` (a module function, not a
+    closure: a closure that calls itself is a reference cycle, which only the collector frees,
+    with everything it holds)."""
+    if isinstance(node, RuleRef):
+        body, size = inlinable.get(node.name, (None, 0))
+        if body is not None and size - 1 <= budget[0]:
+            budget[0] -= size - 1
+            return body
         return node
-
-    return rebuild(expr)
+    if isinstance(node, Sequence):
+        return Sequence(tuple(_inlined(item, inlinable, budget) for item in node.items))
+    if isinstance(node, Choice):
+        return Choice(tuple(_inlined(alt, inlinable, budget) for alt in node.alternatives))
+    if isinstance(node, Repeat):
+        return Repeat(_inlined(node.expr, inlinable, budget), node.min, node.max)
+    return node
 
 
 # ============================================================================ the pipeline

@@ -110,15 +110,17 @@ def has_type(value: Any, type_name: str) -> bool:
 
 def canonical(value: Any) -> str:
     """A key equal for values JSON Schema calls equal (1 == 1.0; key order irrelevant)."""
-    def norm(v):
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, list):
-            return [norm(x) for x in v]
-        if isinstance(v, dict):
-            return {k: norm(x) for k, x in v.items()}
-        return v
-    return json.dumps(norm(value), sort_keys=True)
+    return json.dumps(_integral_floats_as_ints(value), sort_keys=True)
+
+
+def _integral_floats_as_ints(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral_floats_as_ints(x) for x in value]
+    if isinstance(value, dict):
+        return {k: _integral_floats_as_ints(x) for k, x in value.items()}
+    return value
 
 
 def exact_decimal(value: Any) -> Decimal:
@@ -347,26 +349,30 @@ class SchemaAnalysis:
                                f"not / if / dependentSchemas")
         merged = self.merge(siblings, {}, ptr)
 
-        def apply(schema: Any) -> Any:
-            if schema is False:
-                return False
-            for combinator in ("anyOf", "oneOf"):
-                if combinator in schema:
-                    rest = {k: v for k, v in schema.items() if k != combinator}
-                    return {**rest, combinator: [apply(self.merge(rest, b, ptr)) for b in schema[combinator]]}
-            out = dict(schema)
-            if props is not None and "additionalProperties" not in out:
-                out["additionalProperties"] = props
-            if items is not None:
-                if "prefixItems" in out:
-                    out.setdefault("items", items)
-                elif isinstance(out.get("items"), list):
-                    out.setdefault("additionalItems", items)
-                else:
-                    out.setdefault("items", items)
-            return out
+        return self.unevaluated_applied(merged, props, items, ptr)
 
-        return apply(merged)
+    def unevaluated_applied(self, schema: Any, props: Any, items: Any, ptr: str) -> Any:
+        """``with_unevaluated``'s schema: ``props`` / ``items`` as the additional properties /
+        items of every branch of ``schema`` (anyOf / oneOf branches merged with their siblings)."""
+        if schema is False:
+            return False
+        for combinator in ("anyOf", "oneOf"):
+            if combinator in schema:
+                rest = {k: v for k, v in schema.items() if k != combinator}
+                return {**rest, combinator: [
+                    self.unevaluated_applied(self.merge(rest, b, ptr), props, items, ptr)
+                    for b in schema[combinator]]}
+        out = dict(schema)
+        if props is not None and "additionalProperties" not in out:
+            out["additionalProperties"] = props
+        if items is not None:
+            if "prefixItems" in out:
+                out.setdefault("items", items)
+            elif isinstance(out.get("items"), list):
+                out.setdefault("additionalItems", items)
+            else:
+                out.setdefault("items", items)
+        return out
 
     def reaches_negation(self, schema: Any) -> bool:
         seen, todo = set(), [schema]

@@ -755,28 +755,28 @@ class GrammarEmitter:
             return self.cache[key]
         grammar = self.schemas.regex_grammar(regex, search, keyword, ptr)
         names = {rule.name: self.new_rule(keyword) for rule in grammar.rules}
-
-        def spell(expr: Expr) -> Maybe:
-            if isinstance(expr, Literal):
-                return _seq(*[self.inline_unit(((ord(c), ord(c)),))
-                              for c in expr.data.decode("utf-8")])
-            if isinstance(expr, CharClass):
-                return self.inline_unit(expr.effective_ranges())
-            if isinstance(expr, RuleRef):
-                return RuleRef(names[expr.name])
-            if isinstance(expr, Sequence):
-                return _seq(*[spell(item) for item in expr.items])
-            if isinstance(expr, Choice):
-                return _alt(*[spell(item) for item in expr.alternatives])
-            return _rep(spell(expr.expr), expr.min, expr.max)
-
         for rule in grammar.rules:
-            self.rules[names[rule.name]] = spell(rule.body)
+            self.rules[names[rule.name]] = self.spelled(rule.body, names)
         body: Maybe = RuleRef(names[grammar.root_rule_name])
         if self.rules[names[grammar.root_rule_name]] is None:
             body = None
         self.cache[key] = body
         return body
+
+    def spelled(self, expr: Expr, names: Dict[str, str]) -> Maybe:
+        """``regex_body``'s copy of a regex rule's body: code point sets as their units, rule
+        references renamed by ``names``."""
+        if isinstance(expr, Literal):
+            return _seq(*[self.inline_unit(((ord(c), ord(c)),)) for c in expr.data.decode("utf-8")])
+        if isinstance(expr, CharClass):
+            return self.inline_unit(expr.effective_ranges())
+        if isinstance(expr, RuleRef):
+            return RuleRef(names[expr.name])
+        if isinstance(expr, Sequence):
+            return _seq(*[self.spelled(item, names) for item in expr.items])
+        if isinstance(expr, Choice):
+            return _alt(*[self.spelled(item, names) for item in expr.alternatives])
+        return _rep(self.spelled(expr.expr, names), expr.min, expr.max)
 
     def dfa_expr(self, dfa, hint: str, named: bool = False) -> Maybe:
         """The JSON spellings of the strings ``dfa`` accepts (right-linear rules); ``named``:
@@ -1200,17 +1200,20 @@ class GrammarEmitter:
             for char in name:
                 node = node.setdefault(ord(char), {})
             node[None] = {}  # end marker
-        def after(node: dict) -> Expr:
-            children = [cp for cp in node if cp is not None]
-            alternatives: List[Maybe] = []
-            if None not in node:
-                alternatives.append(_lit('"'))
-            alternatives.append(self.key_rest(_complement(children)))
-            for cp in children:
-                alternatives.append(_seq(_unit(((cp, cp),)), after(node[cp])))
-            return _alt(*alternatives)
+        return Sequence((_lit('"'), self.key_after(trie)))
 
-        return Sequence((_lit('"'), after(trie)))
+    def key_after(self, node: dict) -> Expr:
+        """The rest of a key after the names' prefix that led to trie ``node`` (``key_excluding``):
+        the closing quote unless a name ends here, a unit no name goes on with, or a name's next
+        unit."""
+        children = [cp for cp in node if cp is not None]
+        alternatives: List[Maybe] = []
+        if None not in node:
+            alternatives.append(_lit('"'))
+        alternatives.append(self.key_rest(_complement(children)))
+        for cp in children:
+            alternatives.append(_seq(_unit(((cp, cp),)), self.key_after(node[cp])))
+        return _alt(*alternatives)
 
     def key_rest(self, ranges) -> Maybe:
         """The rest of a key that left the names' trie: one unit in ``ranges``, then

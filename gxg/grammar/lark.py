@@ -1033,29 +1033,29 @@ class _Compiler:
 
     def check_terminals(self) -> None:
         state: Dict[str, int] = {}
-
-        def visit(definition: _Definition) -> None:
-            state[definition.name] = 1
-            for name in _names_in(definition.body):
-                target = self.by_name.get(name)
-                if target is None:
-                    raise self.error(definition.offset, f"unknown name '{name}'")
-                if not target.is_terminal:
-                    raise self.error(definition.offset, f"terminal '{definition.name}' cannot "
-                                                        f"reference rule '{name}'")
-                if state.get(name) == 1:
-                    raise self.error(definition.offset,
-                                     f"circular reference in terminal '{name}'")
-                if not state.get(name):
-                    visit(target)
-            state[definition.name] = 2
-
         for definition in self.doc.definitions:
             if definition.is_terminal and not state.get(definition.name):
                 try:
-                    visit(definition)
+                    self.visit_terminal(definition, state)
                 except RecursionError:
                     raise self.error(definition.offset, "terminals nest too deeply") from None
+
+    def visit_terminal(self, definition: _Definition, state: Dict[str, int]) -> None:
+        """``check_terminals``' depth-first visit (``state``: 1 on the path, 2 done)."""
+        state[definition.name] = 1
+        for name in _names_in(definition.body):
+            target = self.by_name.get(name)
+            if target is None:
+                raise self.error(definition.offset, f"unknown name '{name}'")
+            if not target.is_terminal:
+                raise self.error(definition.offset, f"terminal '{definition.name}' cannot "
+                                                    f"reference rule '{name}'")
+            if state.get(name) == 1:
+                raise self.error(definition.offset,
+                                 f"circular reference in terminal '{name}'")
+            if not state.get(name):
+                self.visit_terminal(target, state)
+        state[definition.name] = 2
 
     def compile_ignore(self) -> None:
         if not self.doc.ignores:
