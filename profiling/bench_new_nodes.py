@@ -67,6 +67,12 @@ def timed_walks(compiled, walks: list) -> None:
     cache._classify = walk
 
 
+def step_row(what: str, values: list) -> dict:
+    return {"what": what, "n": len(values), "p50": percentile(values, 50),
+            "p99": percentile(values, 99), "p99.9": percentile(values, 99.9),
+            "mean": sum(values) / max(len(values), 1)}
+
+
 def steps_of(path: Path, compiler, encoding, bitmask) -> list:
     """(ms, [(walk ms, kinds)]) for every fill of the file's tests (an invalid one up to the
     token its grammar refuses, as ``maskbench.py`` times them)."""
@@ -122,15 +128,10 @@ def main() -> None:
     times = [ms for ms, _ in steps]
     threshold = args.slow_ms if args.slow_ms is not None else percentile(times, 99)
     slow = [(ms, walks) for ms, walks in steps if ms >= threshold]
-    with_walks = [ms for ms, walks in steps if walks]
-    walk_ms_in_slow = sum(w for _, walks in slow for w, _ in walks)
-    rows = [
-        {"what": "steps", "n": len(times), "p50": percentile(times, 50),
-         "p99": percentile(times, 99), "p99.9": percentile(times, 99.9), "mean": sum(times) / len(times)},
-        {"what": "steps with walks", "n": len(with_walks), "p50": percentile(with_walks, 50),
-         "p99": percentile(with_walks, 99), "p99.9": percentile(with_walks, 99.9),
-         "mean": sum(with_walks) / max(len(with_walks), 1)},
-    ]
+    walk_share = (sum(w for _, walks in slow for w, _ in walks)
+                  / max(sum(ms for ms, _ in slow), 1e-9))
+    rows = [step_row("steps", times),
+            step_row("steps with walks", [ms for ms, walks in steps if walks])]
     groups = defaultdict(lambda: [0, 0.0])
     for _, walks in slow:
         for ms, kinds in walks:
@@ -143,12 +144,12 @@ def main() -> None:
     print(f"{len(files)} MaskBench files (every {args.every}), {len(errors)} not compiled; ms")
     print_table(rows, ["what", "n", "p50", "p99", "p99.9", "mean"])
     print(f"\nsteps at or above {threshold:.2f} ms: {len(slow)}, "
-          f"{100 * walk_ms_in_slow / max(sum(ms for ms, _ in slow), 1e-9):.0f} % of their time "
+          f"{100 * walk_share:.0f} % of their time "
           f"in mask-cache walks; the walks by the rules of the nodes walked together:")
     print_table(group_rows[:args.top], ["nodes walked together", "walks", "ms", "ms per walk"])
     path = write_json("bench_new_nodes", {
         "files": len(files), "every": args.every, "errors": errors, "threshold_ms": threshold,
-        "slow_steps": len(slow), "walk_share_of_slow": walk_ms_in_slow / max(sum(ms for ms, _ in slow), 1e-9),
+        "slow_steps": len(slow), "walk_share_of_slow": walk_share,
         "rows": rows, "groups": group_rows}, args.out)
     print(f"wrote {path}")
 

@@ -11,6 +11,7 @@ it had to free in ``gc.garbage``; after a compile nothing of gxg's may be there.
 from __future__ import annotations
 
 import gc
+import types
 
 import pytest
 
@@ -57,11 +58,9 @@ COMPILES = {
 
 def gxg_garbage(objects) -> list:
     """The objects of gxg's own (its classes' instances, its functions) among ``objects``."""
-    def of_gxg(obj) -> bool:
-        module = getattr(obj, "__module__", None) if callable(obj) and not isinstance(obj, type) \
-            else type(obj).__module__
-        return isinstance(module, str) and module.split(".")[0] == "gxg"
-    return [obj for obj in objects if of_gxg(obj)]
+    def module(obj) -> str:
+        return obj.__module__ if isinstance(obj, types.FunctionType) else type(obj).__module__
+    return [obj for obj in objects if str(module(obj)).split(".")[0] == "gxg"]
 
 
 @pytest.mark.parametrize("name", sorted(COMPILES))

@@ -1490,15 +1490,13 @@ def _body_key(body: Expr) -> Optional[Tuple[tuple, List[str]]]:
             first_seen[id(expr)] = len(out)
             if isinstance(expr, Sequence):
                 out.append(("S", len(expr.items)))
-                stack.extend(reversed(expr.items))
             elif isinstance(expr, Choice):
                 out.append(("A", len(expr.alternatives)))
-                stack.extend(reversed(expr.alternatives))
             elif isinstance(expr, Repeat):
                 out.append(("R", expr.min, expr.max))
-                stack.append(expr.expr)
             else:
                 return None
+            stack.extend(reversed(children(expr)))  # pre-order
     return tuple(out), list(names)
 
 
