@@ -81,6 +81,18 @@
 
 typedef unsigned long long u64;
 
+// Programmatic dependent launch (ops/dependent_launch.py): inside a graph's capture on sm_90+ the
+// kernels are launched with programmatic stream serialization, so a kernel may start while the
+// one before it in the stream is finishing. Every kernel calls this first, before it reads or
+// writes any buffer: it waits for the grid before it to complete and its writes to be visible,
+// then lets the next grid start launching (which waits here in turn). No-ops in a normal launch.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <typename T>
 __device__ __forceinline__ T* ptr(const u64* table, int index) {
   return reinterpret_cast<T*>(table[index]);
@@ -633,6 +645,7 @@ __device__ bool accept_one(const u64* t, Slot& s, long long token) {
 
 extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token_ids,
                                      bool* accepted) {
+  wait_for_previous_grid();
   int b = blockIdx.x;
   if (b >= B || threadIdx.x != 0) return;
   Slot s = make_slot(t, b);
@@ -644,6 +657,7 @@ extern "C" __global__ void xg_accept(const u64* t, int B, const long long* token
 extern "C" __global__ void xg_accept_tokens(const u64* t, int B, int T,
                                             const long long* token_ids,
                                             const long long* lengths, int* counts) {
+  wait_for_previous_grid();
   int b = blockIdx.x;
   if (b >= B || threadIdx.x != 0) return;
   long long length = lengths[b];
@@ -659,6 +673,7 @@ extern "C" __global__ void xg_accept_tokens(const u64* t, int B, int T,
 // ----------------------------------------------------------------------------- reset
 
 extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
+  wait_for_previous_grid();
   int b = blockIdx.x;
   if (b >= B || !which[b]) return;
   Slot s = make_slot(t, b);
@@ -697,6 +712,7 @@ extern "C" __global__ void xg_reset(const u64* t, int B, const bool* which) {
 // out[b] = (terminated, error code) of slot b: the state's flags as a fresh tensor, so that a
 // torch.compile graph reads them without a view of the runtime blob (ops/xg_ops.py slot_status).
 extern "C" __global__ void xg_status(const u64* t, int B, int* out) {
+  wait_for_previous_grid();
   int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= B) return;
   out[2 * b] = ptr<const signed char>(t, P_TERMINATED)[b] != 0;
@@ -707,6 +723,7 @@ extern "C" __global__ void xg_status(const u64* t, int B, int* out) {
 
 extern "C" __global__ void xg_rollback(const u64* t, int B, const long long* num_tokens,
                                        bool* ok) {
+  wait_for_previous_grid();
   int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= B) return;
   Limits lim = load_limits(t);
@@ -919,6 +936,7 @@ __device__ __forceinline__ void check_token(const Slot& s, int top, int sorted, 
 }
 
 extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int words) {
+  wait_for_previous_grid();
   int b = blockIdx.x;
   // blockIdx.y: the slot's part. Part 0 walks the uncertain tokens of the slot's tops; every
   // part takes its share of the tops whose node has no entry yet (ROW_UNBUILT).
@@ -977,6 +995,7 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
 // that from the dense fill already) and (b) the queue's count goes back to zero for the next
 // fill. One block, so a barrier orders (a) and (b) after every walk: no other launch.
 extern "C" __global__ void xg_uncertain_wide(const u64* t, int B, int* bitmask, int words) {
+  wait_for_previous_grid();
   int worker = threadIdx.x;
   int* queue = ptr<int>(t, P_WIDE_QUEUE);
   int queued = min(queue[0], WIDE_QUEUE);
@@ -1082,6 +1101,7 @@ __device__ __forceinline__ bool budget_active(const u64* t, int b, const int* re
 }
 
 extern "C" __global__ void xg_budget_plan(const u64* t, int B, const int* remaining) {
+  wait_for_previous_grid();
   int* plan = ptr<int>(t, P_BUDGET_PLAN);
   int b = blockIdx.x;
   if (b >= B) return;
@@ -1124,6 +1144,7 @@ extern "C" __global__ void xg_budget_plan(const u64* t, int B, const int* remain
 
 extern "C" __global__ void xg_budget(const u64* t, int B, const int* bitmask, int words,
                                      const int* remaining) {
+  wait_for_previous_grid();
   const int* plan = ptr<const int>(t, P_BUDGET_PLAN);
   int* drop = ptr<int>(t, P_BUDGET_DROP);
   int b = blockIdx.y;
@@ -1150,6 +1171,7 @@ extern "C" __global__ void xg_budget(const u64* t, int B, const int* bitmask, in
 }
 
 extern "C" __global__ void xg_budget_apply(const u64* t, int B, int* bitmask, int words) {
+  wait_for_previous_grid();
   const int* plan = ptr<const int>(t, P_BUDGET_PLAN);
   int* drop = ptr<int>(t, P_BUDGET_DROP);
   int b = blockIdx.x;
@@ -1168,7 +1190,13 @@ extern "C" __global__ void xg_budget_apply(const u64* t, int B, int* bitmask, in
 // Bytes of P_WIDE_SPACE and ints of P_WIDE_QUEUE the launcher must provide (read with
 // xg_wide_sizes so the host never hard-codes the struct layout).
 extern "C" __global__ void xg_wide_sizes(long long* out) {
+  wait_for_previous_grid();
   out[0] = (long long)sizeof(LaneStack<WIDE_DEPTH>) * (WIDE_STACKS + WIDE_WORK) * WIDE_WORKERS;
   out[1] = 1 + 3LL * WIDE_QUEUE;
   out[2] = WIDE_WORKERS;
+#if defined(__CUDA_ARCH__)
+  out[3] = __CUDA_ARCH__;  // the launchers use PDL only when wait_for_previous_grid is compiled in
+#else
+  out[3] = 0;
+#endif
 }

@@ -15,6 +15,8 @@ imported).
   cuda_automaton.py  launchers of the CUDA C++ automaton kernels (csrc/automaton.cu: reset,
                      accept, rollback, uncertain tokens, token budget), compiled with NVRTC
   apply_triton.py    Triton kernel: apply a bitmask to logits in place
+  dependent_launch.py  programmatic dependent launch of the step's kernels while a graph is
+                     captured (sm_90+): each may start as the one before it finishes
   draft_paths.py     draft-tree arrays -> each node's path, depth, reach (reference of
                      ``xg::draft_paths``); draft_paths_triton.py: its Triton kernel
   sample_triton.py   Triton kernel: masked sampling (greedy, temperature, top-k, top-p)

@@ -27,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from gxg.ops import dependent_launch
 from gxg.ops.apply_bitmask import apply_arguments
 
 BLOCK_WORDS = 128  # 4,096 tokens per program (the best of 16..128 words on an H200)
@@ -35,7 +36,12 @@ NUM_WARPS = 4
 
 @triton.jit
 def _apply_kernel(logits_ptr, logits_row_stride, bitmask_ptr, bitmask_row_stride, indices_ptr,
-                  width, HAS_INDICES: tl.constexpr, BLOCK_WORDS: tl.constexpr):
+                  width, HAS_INDICES: tl.constexpr, BLOCK_WORDS: tl.constexpr,
+                  DEPENDENT_LAUNCH: tl.constexpr):
+    # Launched with PDL (gxg.ops.dependent_launch): wait for the grid before, then release the next.
+    if DEPENDENT_LAUNCH:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     i = tl.program_id(0)
     block = tl.program_id(1)
     if HAS_INDICES:
@@ -76,6 +82,7 @@ def apply_token_bitmask_inplace_triton(logits: torch.Tensor, bitmask: torch.Tens
     if rows == 0 or width == 0:
         return
     grid = (rows, triton.cdiv(width, 32 * block_words))
+    pdl = dependent_launch.enabled(logits.device, rows)
     _apply_kernel[grid](logits2, logits2.stride(0), bitmask2, bitmask2.stride(0), index_tensor,
                         width, HAS_INDICES=indices is not None, BLOCK_WORDS=block_words,
-                        num_warps=num_warps)
+                        DEPENDENT_LAUNCH=pdl, launch_pdl=pdl, num_warps=num_warps)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from gxg import layout
+from gxg.ops import dependent_launch
 
 def _source() -> str:
     """csrc/automaton.cu (beside ops/ in a checkout, or the installed gxg.csrc package) after
@@ -67,16 +68,24 @@ def _current_stream_handle(index: int) -> int:
     return torch.cuda.current_stream(index).cuda_stream
 
 
-def _launch(name: str, device: torch.device, grid, block, args) -> None:
-    """Launch kernel ``name`` on torch's current stream of ``device`` (so CUDA graphs capture
-    it). CuPy launches on its own current stream and device: when those already are torch's
-    (every launch after the first, in a loop) no context is entered. Side effect, on purpose:
-    CuPy's current stream is left at torch's current stream."""
+def _launch(name: str, device: torch.device, batch: int, grid, block, args) -> None:
+    """Launch kernel ``name`` of a step over ``batch`` slots on torch's current stream of
+    ``device`` (so CUDA graphs capture it); while a graph of a small batch is captured, with
+    programmatic dependent launch (``dependent_launch``: every kernel of csrc/automaton.cu
+    first waits for the grid before it). Otherwise CuPy
+    launches on its own current stream and device: when those already are torch's (every
+    launch after the first, in a loop) no context is entered. Side effect, on purpose: CuPy's
+    current stream is left at torch's current stream."""
     import cupy
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     kernel = _kernel(index, KERNEL_DEFINES, name)
     handle = _current_stream_handle(index)
+    if _COMPILED_ARCH.get((index, KERNEL_DEFINES), 0) >= 900 and \
+            dependent_launch.enabled(device, batch):  # a graph's capture: may start early
+        with cupy.cuda.Device(index):
+            dependent_launch.launch(kernel, grid, block, args, handle)
+        return
     if cupy.cuda.runtime.getDevice() == index and \
             cupy.cuda.get_current_stream().ptr == handle:
         kernel(grid, block, args)
@@ -108,7 +117,7 @@ def _warp_per_slot(batch: int):
 def accept(table: torch.Tensor, token_ids: torch.Tensor, accepted: torch.Tensor) -> None:
     batch = token_ids.shape[0]
     grid, block = _warp_per_slot(batch)
-    _launch("xg_accept", table.device, grid, block,
+    _launch("xg_accept", table.device, batch, grid, block,
             (_pointer(table), np.int32(batch), _pointer(token_ids), _pointer(accepted)))
 
 
@@ -116,7 +125,7 @@ def accept_tokens(table: torch.Tensor, token_ids: torch.Tensor, lengths: torch.T
                   counts: torch.Tensor) -> None:
     batch, width = token_ids.shape
     grid, block = _warp_per_slot(batch)
-    _launch("xg_accept_tokens", table.device, grid, block,
+    _launch("xg_accept_tokens", table.device, batch, grid, block,
             (_pointer(table), np.int32(batch), np.int32(width), _pointer(token_ids),
              _pointer(lengths), _pointer(counts)))
 
@@ -124,21 +133,21 @@ def accept_tokens(table: torch.Tensor, token_ids: torch.Tensor, lengths: torch.T
 def reset(table: torch.Tensor, which: torch.Tensor) -> None:
     batch = which.shape[0]
     grid, block = _warp_per_slot(batch)
-    _launch("xg_reset", table.device, grid, block,
+    _launch("xg_reset", table.device, batch, grid, block,
             (_pointer(table), np.int32(batch), _pointer(which)))
 
 
 def rollback(table: torch.Tensor, num_tokens: torch.Tensor, ok: torch.Tensor) -> None:
     batch = num_tokens.shape[0]
     grid, block = _slot_grid(batch)
-    _launch("xg_rollback", table.device, grid, block,
+    _launch("xg_rollback", table.device, batch, grid, block,
             (_pointer(table), np.int32(batch), _pointer(num_tokens), _pointer(ok)))
 
 
 def status(table: torch.Tensor, out: torch.Tensor) -> None:
     batch = out.shape[0]
     grid, block = _slot_grid(batch)
-    _launch("xg_status", table.device, grid, block, (_pointer(table), np.int32(batch),
+    _launch("xg_status", table.device, batch, grid, block, (_pointer(table), np.int32(batch),
                                                      _pointer(out)))
 
 
@@ -157,9 +166,9 @@ def uncertain(table: torch.Tensor, batch: int, bitmask: torch.Tensor) -> None:
     queued, which also gives the rows of slots that ran out of room the stop tokens only and
     zeroes the queue's count (so the next fill finds it empty)."""
     words = np.int32(bitmask.shape[1])
-    _launch("xg_uncertain", table.device, (batch, uncertain_parts(batch)), (UNCERTAIN_THREADS,),
-            (_pointer(table), np.int32(batch), _pointer(bitmask), words))
-    _launch("xg_uncertain_wide", table.device, (1,), (wide_sizes(table.device)[2],),
+    _launch("xg_uncertain", table.device, batch, (batch, uncertain_parts(batch)),
+            (UNCERTAIN_THREADS,), (_pointer(table), np.int32(batch), _pointer(bitmask), words))
+    _launch("xg_uncertain_wide", table.device, batch, (1,), (wide_sizes(table.device)[2],),
             (_pointer(table), np.int32(batch), _pointer(bitmask), words))
 
 
@@ -177,21 +186,29 @@ def budget(table: torch.Tensor, bitmask: torch.Tensor, remaining: torch.Tensor) 
     batch, words = bitmask.shape
     most = (words * 32 + BUDGET_THREADS - 1) // BUDGET_THREADS
     per_slot = max(1, min(most, BUDGET_THREADS_PER_BATCH // BUDGET_THREADS // max(batch, 1)))
-    _launch("xg_budget_plan", table.device, (batch,), (32,),
+    _launch("xg_budget_plan", table.device, batch, (batch,), (32,),
             (_pointer(table), np.int32(batch), _pointer(remaining)))
-    _launch("xg_budget", table.device, (per_slot, batch), (BUDGET_THREADS,),
+    _launch("xg_budget", table.device, batch, (per_slot, batch), (BUDGET_THREADS,),
             (_pointer(table), np.int32(batch), _pointer(bitmask), np.int32(words),
              _pointer(remaining)))
-    _launch("xg_budget_apply", table.device, (batch,), (BUDGET_THREADS,),
+    _launch("xg_budget_apply", table.device, batch, (batch,), (BUDGET_THREADS,),
             (_pointer(table), np.int32(batch), _pointer(bitmask), np.int32(words)))
+
+
+#: ``__CUDA_ARCH__`` the kernels were compiled for, per (device, defines), as ``xg_wide_sizes``
+#: reports it (a cache; ``GrammarBatch`` asks for the sizes before any capture). Programmatic
+#: dependent launch needs the kernels' ``griddepcontrol`` waits, compiled in from 900 on: a
+#: module not asked yet is launched the normal way.
+_COMPILED_ARCH: dict = {}
 
 
 @functools.lru_cache(maxsize=None)
 def _wide_sizes(device_index: int, defines: tuple):
     device = torch.device("cuda", device_index)
-    out = torch.zeros(3, dtype=torch.int64, device=device)
-    _launch("xg_wide_sizes", device, (1,), (1,), (_pointer(out),))
-    space_bytes, queue_ints, workers = (int(v) for v in out.tolist())
+    out = torch.zeros(4, dtype=torch.int64, device=device)
+    _launch("xg_wide_sizes", device, 1, (1,), (1,), (_pointer(out),))
+    space_bytes, queue_ints, workers, arch = (int(v) for v in out.tolist())
+    _COMPILED_ARCH[(device_index, defines)] = arch
     return space_bytes, queue_ints, workers
 
 

@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from gxg import layout
+from gxg.ops import dependent_launch
 
 FILL_BLOCK_WORDS = 128      # bitmask words per program of the fill kernel (power of two)
 NUM_WARPS = 4
@@ -92,7 +93,8 @@ def _buffer(table_ptr, index, dtype: tl.constexpr):
 
 
 @triton.jit
-def _fill_dense_kernel(runtime_ptr, W, bitmask_ptr, bm_stride0, BLOCK_WORDS: tl.constexpr):
+def _fill_dense_kernel(runtime_ptr, W, bitmask_ptr, bm_stride0, BLOCK_WORDS: tl.constexpr,
+                       DEPENDENT_LAUNCH: tl.constexpr):
     # Grid: (B, cdiv(W, BW)), BW = BLOCK_WORDS; program (b, j) writes words [j·BW, (j+1)·BW)
     #   of bitmask row b. No atomics, no inter-program communication.
     # Traffic per call (bytes); k_b = live tops of slot b (0 if unbound, terminated or failed),
@@ -107,6 +109,10 @@ def _fill_dense_kernel(runtime_ptr, W, bitmask_ptr, bm_stride0, BLOCK_WORDS: tl.
     #   are a pure function of the state and the arena); only accept rows >= 0 are read; an
     #   unbound, terminated or failed slot reads no tops, pool entries or per-node rows; node
     #   ids are local to the slot's grammar: row = node_base[grammar[b]] + node.
+    # Launched with PDL (gxg.ops.dependent_launch): wait for the grid before, then release the next.
+    if DEPENDENT_LAUNCH:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     b = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK_WORDS + tl.arange(0, BLOCK_WORDS)
     table_ptr = runtime_ptr.to(tl.pointer_type(tl.int64))  # the pointer table is at byte 0
@@ -144,5 +150,7 @@ def fill_dense(runtime: torch.Tensor, bitmask: torch.Tensor, *,
     if bitmask.stride(1) != 1:
         raise ValueError("the last dimension of bitmask must be contiguous")
     grid = (batch, triton.cdiv(words, block_words))
+    pdl = dependent_launch.enabled(bitmask.device, batch)
     _fill_dense_kernel[grid](runtime, words, bitmask, bitmask.stride(0),
-                             BLOCK_WORDS=block_words, num_warps=NUM_WARPS)
+                             BLOCK_WORDS=block_words, DEPENDENT_LAUNCH=pdl, launch_pdl=pdl,
+                             num_warps=NUM_WARPS)

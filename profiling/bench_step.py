@@ -110,19 +110,22 @@ TOOL_CALLS = [
 ]
 
 
-def workloads(maskbench_dir: Path):
+def workloads(maskbench_dir: Path, wanted=None):
     """(name, kind, source, documents): kind "builtin_json" (source None), "ebnf" (MaskBench
-    schemas converted by XGrammar's converter) or "structural_tag" (JSON text); documents are
-    the texts the slots are teacher-forced through."""
-    from xgrammar.testing import _json_schema_to_ebnf
+    schemas converted by XGrammar's converter: only when ``wanted`` (names; None: all) asks
+    for them) or "structural_tag" (JSON text); documents are the texts the slots are
+    teacher-forced through."""
     json_docs = []
     out = []
     for name in SCHEMAS:
         case = json.loads((maskbench_dir / name).read_text())
         docs = [json.dumps(t["data"]) for t in case["tests"] if t.get("valid")]
-        ebnf = _json_schema_to_ebnf(json.dumps(case["schema"]), any_whitespace=False)
-        out.append((name.split("---")[-1].replace(".json", ""), "ebnf", ebnf, docs))
         json_docs += [d for d in docs if d.startswith("{")]
+        short = name.split("---")[-1].replace(".json", "")
+        if wanted is None or short in wanted:
+            from xgrammar.testing import _json_schema_to_ebnf
+            ebnf = _json_schema_to_ebnf(json.dumps(case["schema"]), any_whitespace=False)
+            out.append((short, "ebnf", ebnf, docs))
     for path in sorted(maskbench_dir.glob("*.json"))[:200]:
         case = json.loads(path.read_text())
         for test in case["tests"]:
@@ -277,7 +280,7 @@ def main() -> None:
                                   vocab_size=info.vocab_size, stop_token_ids=info.stop_token_ids)
         xcompiler = xgr.GrammarCompiler(xinfo)
     rows = []
-    for name, kind, source, docs in workloads(Path(args.maskbench)):
+    for name, kind, source, docs in workloads(Path(args.maskbench), args.grammars):
         if args.grammars and name not in args.grammars:
             continue
         compiled = compile_workload(compiler, kind, source)

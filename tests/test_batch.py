@@ -239,7 +239,16 @@ def decode_step(batch, logits):
 
 @cuda
 @pytest.mark.gpu
-def test_cuda_graph_and_compile_match_eager(setup):
+@pytest.mark.parametrize("dependent", [True, False])
+def test_cuda_graph_and_compile_match_eager(setup, dependent, monkeypatch):
+    """With programmatic dependent launch in the capture (sm_90+: each kernel may start as the
+    one before it finishes, and waits for it first) and without."""
+    from gxg.ops import dependent_launch
+    monkeypatch.setattr(dependent_launch, "ENABLED", None if dependent else False)
+    launches = []
+    launch = dependent_launch.launch
+    monkeypatch.setattr(dependent_launch, "launch",
+                        lambda *args: launches.append(args[0]) or launch(*args))
     info, compiled = setup
     torch.manual_seed(0)
     steps, b = 12, 8
@@ -272,6 +281,8 @@ def test_cuda_graph_and_compile_match_eager(setup):
             with torch.cuda.graph(graph):
                 logits.copy_(static_in)
                 tokens, accepted = decode_step(batch, logits)
+            expected = dependent and torch.cuda.get_device_capability()[0] >= 9
+            assert bool(launches) == expected, [k.name for k in launches]
             for x in noise:
                 static_in.copy_(x)
                 graph.replay()
