@@ -123,8 +123,9 @@ struct Slot {
   int indexed;       // entries this step put in the pool index
   bool counting;     // the grammar has token-budget counters (accept and reset set it)
   // tables
-  const int* node_next;
   const int* next_flat;
+  int next_base;     // the grammar's scan targets start at next_flat[next_base], C_g per node
+  int classes;       // C_g
   const int* node_flags;
   const int* ref_lo;
   const int* ref_hi;
@@ -148,7 +149,11 @@ __device__ Slot make_slot(const u64* t, int b) {
   s.frame_slot = ptr<int>(t, P_FRAME_SLOT) + (size_t)b * s.lim.P;
   s.indexed = 0;
   s.counting = false;
-  s.node_next = ptr<const int>(t, P_NODE_NEXT);
+  // A grammar's rows of scan targets are contiguous and in node order (the arena registers
+  // node_next[base + n] = node_next[base] + C_g * n, and compaction moves them together), so a
+  // scan is one dependent read, not two: node_next is read once here, with the other reads.
+  s.next_base = ptr<const int>(t, P_NODE_NEXT)[s.base];
+  s.classes = ptr<const int>(t, P_GRAMMAR_CLASSES)[g];
   s.next_flat = ptr<const int>(t, P_NEXT_FLAT);
   s.node_flags = ptr<const int>(t, P_NODE_FLAGS);
   s.ref_lo = ptr<const int>(t, P_NODE_REF_LO);
@@ -164,7 +169,7 @@ __device__ __forceinline__ int flags_of(const Slot& s, int node) {
 }
 
 __device__ __forceinline__ int scan(const Slot& s, int node, int byte) {
-  return s.next_flat[s.node_next[s.base + node] + s.byte_class[byte]];
+  return s.next_flat[s.next_base + node * s.classes + s.byte_class[byte]];
 }
 
 // ----------------------------------------------------------------------------- pool index
@@ -537,8 +542,9 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int
   int* work = ptr<int>(t, P_WORK) + (size_t)b * s.lim.work_cap * 3;
   // the token's moves from token-node tops (closed with its last byte's seeds)
   int token_count = token >= 0 ? token_moves(s, token, nullptr, 0) : 0;
-  // the fast path's registers: the single top's node and the pool size (-1: load them)
-  int top_node = -1, size = -1;
+  // the fast path's registers: the single top's node and the pool size (-1: load them), and
+  // the scan of byte i from top_node read ahead with byte i - 1's checks (-2: not read)
+  int top_node = -1, size = -1, ahead = -2;
   for (int i = 0; i < length; ++i) {
     int byte = data[i];
     int moves = i == length - 1 ? token_count : 0;
@@ -548,7 +554,10 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int
       // the step's last and not indexed, else append; a chain of dependent L1 hits per byte.
       int e = cur[0];
       if (top_node < 0) top_node = s.pool_node[e];
-      int target = scan(s, top_node, byte);
+      int target = ahead != -2 ? ahead : scan(s, top_node, byte);
+      // the next byte's scan from target, read now, together with target's checks and before
+      // this byte's stores (a read after a store waits for it): one round trip per byte
+      ahead = target >= 0 && i + 1 < length ? scan(s, target, data[i + 1]) : -2;
       if (target >= 0 && flags_of(s, target) == FLAG_SCANNABLE &&
           s.ref_lo[s.base + target] == s.ref_hi[s.base + target]) {
         if (size < 0) size = *s.pool_size;
@@ -569,6 +578,7 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int
     }
     top_node = -1;
     size = -1;
+    ahead = -2;
     // seeds in top order, then the token's moves, stored reversed so that the first seed is
     // processed first
     int seeds = moves;
