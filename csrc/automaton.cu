@@ -254,6 +254,13 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
     --work_len;
     int node = work[3 * work_len], parent = work[3 * work_len + 1],
         entry = work[3 * work_len + 2];
+    // the visit's reads, issued together before its stores (a read after a store, or after a
+    // branch on an earlier read, waits for it): the node's flags and reference range, and the
+    // parent frame a pop continues at
+    int flags = flags_of(s, node);
+    int lo = s.ref_lo[s.base + node], hi = s.ref_hi[s.base + node];
+    int parent_node = parent >= 0 ? s.pool_node[parent] : -1;
+    int parent_parent = parent >= 0 ? s.pool_parent[parent] : -1;
     bool visited = false;
     for (int i = 0; i < seen_len; ++i)
       if (seen[2 * i] == node && seen[2 * i + 1] == parent) { visited = true; break; }
@@ -262,7 +269,6 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
     seen[2 * seen_len] = node;
     seen[2 * seen_len + 1] = parent;
     ++seen_len;
-    int flags = flags_of(s, node);
     if (flags & FLAG_SCANNABLE) {
       if (num_tops >= s.lim.K) { *error = ERR_TOO_MANY_STACKS; return -1; }
       if (entry < 0) entry = entry_for(s, node, parent, created_from, false, error);
@@ -271,7 +277,6 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
     }
     // pushes in edge order, then the pop; appended to the work list reversed so that the
     // first push is processed first (as the reference does)
-    int lo = s.ref_lo[s.base + node], hi = s.ref_hi[s.base + node];
     // a counter frame only pops again: pop through it at once (ops/reference.py _close)
     int pop = parent;
     if ((flags & FLAG_FINAL) && s.counting) {
@@ -283,12 +288,13 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
     int slot_index = work_len + count - 1;  // first push goes last (top of the LIFO)
     for (int e = lo; e < hi; ++e) {
       int ret = s.ref_return[e];
+      int start = s.ref_start[e];  // read with ret, before entry_for's stores
       int frame = parent;
       if (!(flags_of(s, ret) & FLAG_PURE_RETURN)) {
         frame = entry_for(s, ret, parent, created_from, true, error);
         if (frame < 0) return -1;
       }
-      work[3 * slot_index] = s.ref_start[e];
+      work[3 * slot_index] = start;
       work[3 * slot_index + 1] = frame;
       work[3 * slot_index + 2] = -1;
       --slot_index;
@@ -297,8 +303,8 @@ __device__ int close(Slot& s, int* work, int work_len, int* tops_out, int* can_e
       if (pop < 0) {
         *can_end = 1;
       } else {
-        work[3 * slot_index] = s.pool_node[pop];
-        work[3 * slot_index + 1] = s.pool_parent[pop];
+        work[3 * slot_index] = pop == parent ? parent_node : s.pool_node[pop];
+        work[3 * slot_index + 1] = pop == parent ? parent_parent : s.pool_parent[pop];
         work[3 * slot_index + 2] = pop;
       }
     }
