@@ -540,6 +540,10 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int
   int base_size = *s.pool_size;
   int num = ptr<int>(t, P_NUM_TOPS)[b];
   int can_end = ptr<signed char>(t, P_CAN_END)[b];
+  int first = tops[0];  // the slot's K >= 1 entries: read, used only when num > 0
+  // the first top's node, for the fast path's first byte (compaction renumbers entries, not
+  // their nodes)
+  int first_node = num > 0 ? s.pool_node[first] : -1;
   if (base_size > (3 * s.lim.P) / 4) {
     compact_pool(s);
     base_size = *s.pool_size;
@@ -550,7 +554,7 @@ __device__ bool accept_bytes(Slot& s, const unsigned char* data, int length, int
   int token_count = token >= 0 ? token_moves(s, token, nullptr, 0) : 0;
   // the fast path's registers: the single top's node and the pool size (-1: load them), and
   // the scan of byte i from top_node read ahead with byte i - 1's checks (-2: not read)
-  int top_node = -1, size = -1, ahead = -2;
+  int top_node = first_node, size = -1, ahead = -2;
   for (int i = 0; i < length; ++i) {
     int byte = data[i];
     int moves = i == length - 1 ? token_count : 0;
@@ -968,7 +972,15 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
   for (int k = 0; k < num_tops; ++k) {
     int top = tops[k];
     int node = s.pool_node[top];
-    if (ptr<const int>(t, P_NODE_ROW)[s.base + node] == ROW_UNBUILT) {
+    int parent = s.pool_parent[top];
+    // the top's reads issued together (a read after a branch on an earlier one waits for it)
+    int row = ptr<const int>(t, P_NODE_ROW)[s.base + node];
+    int lo = ptr<const int>(t, P_NODE_UNC_LO)[s.base + node];
+    int hi = ptr<const int>(t, P_NODE_UNC_HI)[s.base + node];
+    int pair_lo = ptr<const int>(t, P_NODE_PAIR_LO)[s.base + node];
+    int pair_hi = ptr<const int>(t, P_NODE_PAIR_HI)[s.base + node];
+    int below = parent >= 0 ? s.pool_node[parent] : -1;
+    if (row == ROW_UNBUILT) {
       // no entry yet (a lazy registration): every sorted token, strided over all parts
       int num_sorted = ptr<const int>(t, P_LIMITS)[L_S];
       for (int i = part * blockDim.x + threadIdx.x; i < num_sorted; i += parts * blockDim.x)
@@ -976,26 +988,23 @@ extern "C" __global__ void xg_uncertain(const u64* t, int B, int* bitmask, int w
       continue;
     }
     if (part != 0) continue;
-    int parent = s.pool_parent[top];
-    int below = parent >= 0 ? s.pool_node[parent] : -1;
     // The second level: the pair (node, node below) lists the tokens accepted given the
     // caller's frame, and the few still to walk; without a pair, walk all of the node's.
-    int lo = ptr<const int>(t, P_NODE_UNC_LO)[s.base + node];
-    int hi = ptr<const int>(t, P_NODE_UNC_HI)[s.base + node];
     const int* walk_list = uncertain;
     int pair = -1;
-    for (int q = ptr<const int>(t, P_NODE_PAIR_LO)[s.base + node];
-         q < ptr<const int>(t, P_NODE_PAIR_HI)[s.base + node]; ++q)
+    for (int q = pair_lo; q < pair_hi; ++q)
       if (pair_below[q] == below) { pair = q; break; }
     if (pair >= 0) {
+      // the pair's four bounds read together, before the atomics
+      int acc_lo = ptr<const int>(t, P_PAIR_ACC_LO)[pair];
+      int acc_hi = ptr<const int>(t, P_PAIR_ACC_HI)[pair];
+      lo = ptr<const int>(t, P_PAIR_UNC_LO)[pair];
+      hi = ptr<const int>(t, P_PAIR_UNC_HI)[pair];
       const int* accepted = ptr<const int>(t, P_PAIR_ACC_TOKENS);
-      for (int i = ptr<const int>(t, P_PAIR_ACC_LO)[pair] + threadIdx.x;
-           i < ptr<const int>(t, P_PAIR_ACC_HI)[pair]; i += blockDim.x) {
+      for (int i = acc_lo + threadIdx.x; i < acc_hi; i += blockDim.x) {
         int id = accepted[i];
         atomicOr(bitmask + (size_t)b * words + (id >> 5), 1 << (id & 31));
       }
-      lo = ptr<const int>(t, P_PAIR_UNC_LO)[pair];
-      hi = ptr<const int>(t, P_PAIR_UNC_HI)[pair];
       walk_list = ptr<const int>(t, P_PAIR_UNC_TOKENS);
     }
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x)
