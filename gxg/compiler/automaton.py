@@ -115,7 +115,7 @@ import contextlib
 import functools
 import gc
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence as Seq, Tuple
 
 import numpy as np
@@ -496,11 +496,11 @@ class _NfaBuilder:
         self.sizes: Dict[int, int] = {}  # id(expr) -> fresh states its placement creates
 
     def build(self, body: Expr) -> _Nfa:
-        total = self.size_of(body)
-        if total > self.max_nodes:
-            raise GrammarError(
-                f"rule {self.rule_name!r} would need {total} automaton nodes, more than the "
-                f"limit of {self.max_nodes}")
+        """The rule's NFA (``num_states - 2`` fresh states: ``size_of(body)``). Raises
+        GrammarError, before unrolling it, for a repetition too large (the innermost first) and
+        for a rule that needs more than ``max_nodes`` states. Sizes are computed only where
+        a placement unrolls copies (most bodies have no such repetition, and their states are
+        counted as they are placed), and for the message."""
         nfa = _Nfa()
         todo = [(body, 0, 1)]
         placed = 0
@@ -509,8 +509,19 @@ class _NfaBuilder:
             if placed % BUDGET_CHECK_EVERY == 0:  # one rule can unroll to many nodes
                 compile_budget.check("the automaton", self.rule_name)
             expr, source, target = todo.pop()
+            if isinstance(expr, Repeat) and (expr.min > 1 or (expr.max or 0) > 1) and \
+                    nfa.num_states - 2 + self.size_of(expr) > self.max_nodes:
+                self._too_large(body)  # the states so far and this repetition's: too many
             self._place(nfa, expr, source, target, todo)
+        if nfa.num_states - 2 > self.max_nodes:
+            self._too_large(body)
         return nfa
+
+    def _too_large(self, body: Expr) -> None:
+        total = self.size_of(body)  # raises first for the innermost repetition too large
+        raise GrammarError(
+            f"rule {self.rule_name!r} would need {total} automaton nodes, more than the "
+            f"limit of {self.max_nodes}")
 
     def fragment(self, expr: CharClass) -> _ClassFragment:
         fragment = self.fragments.get(expr)
@@ -702,10 +713,39 @@ class _RuleDfa:
     cuts: List[int]
     moves: List[Dict[int, int]]  # per state: letter -> state
     final: List[bool]
+    #: ``_flat_moves`` of a DFA whose moves no longer change (set on the rule DFA cache's
+    #: entries, which every later compile of the same body reads)
+    flat: Optional["_FlatMoves"] = field(default=None, compare=False)
 
     @property
     def num_states(self) -> int:
         return len(self.final)
+
+
+@dataclass(frozen=True)
+class _FlatMoves:
+    """A rule DFA's moves as ``_flatten`` reads them, in the rule's own numbering."""
+    byte: np.ndarray                         # int64 [k, 3]: (state, interval, target)
+    refs: Tuple[Tuple[int, int, int], ...]   # (state, reference letter, target)
+    tokens: Tuple[Tuple[int, int], ...]      # (token node, target)
+
+
+def _flat_moves(dfa: _RuleDfa) -> _FlatMoves:
+    if dfa.flat is not None:
+        return dfa.flat
+    byte: List[int] = []
+    refs: List[Tuple[int, int, int]] = []
+    tokens: List[Tuple[int, int]] = []
+    for state, move in enumerate(dfa.moves):
+        for letter, target in move.items():
+            if letter == TOKEN_LETTER:
+                tokens.append((state, target))
+            elif letter >= 0:
+                byte.extend((state, letter, target))
+            else:
+                refs.append((state, letter, target))
+    return _FlatMoves(np.asarray(byte, dtype=np.int64).reshape(-1, 3), tuple(refs),
+                      tuple(tokens))
 
 
 def _determinise(nfa: _Nfa, rule_name: str, budget: int, max_nodes: int) -> _RuleDfa:
@@ -1071,43 +1111,48 @@ def _coarsest_partition(moves: List[Dict[int, int]], final: List[bool],
 # ----------------------------------------------------------------------------- tables
 
 
-def _flatten(dfas: List[_RuleDfa]) -> Tuple[List[int], List[bool], List[List[Tuple[int, int]]],
-                                            List[int], Dict[int, int]]:
-    """One pass over every rule's moves, in the final node numbering.
+def _flatten(dfas: List[_RuleDfa], ref_letters: List[Optional[Dict[int, int]]]
+             ) -> Tuple[List[int], List[bool], List[List[Tuple[int, int]]], List[int],
+                        Dict[int, int]]:
+    """One pass over every rule's moves, in the final node numbering. ``ref_letters[r]``: the
+    rule's reference letters as the grammar numbers them, for a DFA from the rule DFA cache
+    (whose letters number the body's references by first use), None for a DFA built here.
 
     Returns the rules' start nodes, finality per node, the reference edges per node as sorted
-    (rule, return node) pairs, the byte edges as one flat list of (source, interval,
-    target) triples, where interval numbers run over all rules' intervals in rule order (the
+    (rule, return node) pairs, the byte edges as an int64 array [k, 3] of (source, interval,
+    target), where interval numbers run over all rules' intervals in rule order (the
     intervals of rule r are numbered from the total count of the rules before it), and the
-    token moves (token node -> target).
+    token moves (token node -> target). The per-move work is ``_flat_moves``', which a DFA from
+    the rule DFA cache has done once for every compile.
     """
     rule_start: List[int] = []
     final: List[bool] = []
-    node_refs: List[List[Tuple[int, int]]] = []
-    byte_edges: List[int] = []
+    chunks: List[np.ndarray] = []
     token_moves: Dict[int, int] = {}
+    total = sum(dfa.num_states for dfa in dfas)
+    node_refs: List[List[Tuple[int, int]]] = [[] for _ in range(total)]
     base = interval_base = 0
-    for dfa in dfas:
+    for dfa, letters in zip(dfas, ref_letters):
         rule_start.append(base)
         final.extend(dfa.final)
-        for state, move in enumerate(dfa.moves, start=base):
-            refs = []
-            for letter, target in move.items():
-                if letter == TOKEN_LETTER:
-                    token_moves[state] = base + target
-                elif letter >= 0:
-                    byte_edges.extend((state, interval_base + letter, base + target))
-                else:
-                    refs.append((-letter - 1, base + target))
-            if len(refs) > 1:
-                refs.sort()
-            node_refs.append(refs)
+        flat = _flat_moves(dfa)
+        if len(flat.byte):
+            chunks.append(flat.byte + np.array([base, interval_base, base], dtype=np.int64))
+        for state, letter, target in flat.refs:
+            rule = -(letter if letters is None else letters[letter]) - 1
+            node_refs[base + state].append((rule, base + target))
+        for state, target in flat.tokens:
+            token_moves[base + state] = base + target
         base += dfa.num_states
         interval_base += len(dfa.cuts)
+    for refs in node_refs:
+        if len(refs) > 1:
+            refs.sort()
+    byte_edges = np.concatenate(chunks) if chunks else np.zeros((0, 3), dtype=np.int64)
     return rule_start, final, node_refs, byte_edges, token_moves
 
 
-def _byte_tables(byte_edges: List[int], rule_cuts: List[List[int]], num_nodes: int
+def _byte_tables(byte_edges: np.ndarray, rule_cuts: List[List[int]], num_nodes: int
                  ) -> Tuple[np.ndarray, np.ndarray]:
     """(byte_class, next_node) for all rules at once.
 
@@ -1126,8 +1171,8 @@ def _byte_tables(byte_edges: List[int], rule_cuts: List[List[int]], num_nodes: i
                                dtype=np.int64)
     interval_stop = np.append(fine_of_byte, num_fine)[interval_stop]
     table = np.full((num_fine, num_nodes), -1, dtype=np.int32)  # [fine interval, node]
-    if byte_edges:
-        edges = np.asarray(byte_edges, dtype=np.int64).reshape(-1, 3)
+    if len(byte_edges):
+        edges = byte_edges
         firsts = interval_first[edges[:, 1]]
         widths = interval_stop[edges[:, 1]] - firsts
         ends = np.cumsum(widths)
@@ -1348,13 +1393,15 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     dfas: List[_RuleDfa] = []
     budget = max_nodes
     is_minimal: List[bool] = []
+    ref_letters: List[Optional[Dict[int, int]]] = []  # per rule: _flatten's letter map
     for name, body in zip(names, bodies):
         compile_budget.check("the automaton", name)
-        dfa, subsets, minimal = _rule_dfa(name, body, rule_ids, max_nodes, fragments,
-                                          token_rule_ids, budget, grammar.pruned)
+        dfa, subsets, minimal, letters = _rule_dfa(name, body, rule_ids, max_nodes, fragments,
+                                                   token_rule_ids, budget, grammar.pruned)
         budget -= subsets
         dfas.append(dfa)
         is_minimal.append(minimal)
+        ref_letters.append(letters)
     token_sets: List[TokenSet] = list(token_rule_ids)
     for token_set in token_sets:
         names.append(_token_rule_name(token_set, taken))
@@ -1383,7 +1430,8 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     dfas = minimal
 
     # 5: tables
-    starts, final_list, node_refs, byte_edges, token_moves = _flatten(dfas)
+    ref_letters += [None] * (len(dfas) - len(ref_letters))  # token sets and counters
+    starts, final_list, node_refs, byte_edges, token_moves = _flatten(dfas, ref_letters)
     num_nodes = len(final_list)
     byte_class, next_node = _byte_tables(byte_edges, [dfa.cuts for dfa in dfas], num_nodes)
     rule_start = np.array(starts, dtype=np.int32)
@@ -1509,11 +1557,13 @@ def _relettered(dfa: _RuleDfa, letter: Dict[int, int]) -> _RuleDfa:
 
 def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
               fragments: Dict[CharClass, _ClassFragment], token_rule_ids: Dict[TokenSet, int],
-              budget: int, cacheable: bool) -> Tuple[_RuleDfa, int, bool]:
-    """(the rule's DFA, the states it counts against the budget, is it minimal already). From
-    the cache when ``cacheable`` (a grammar with no dead parts, so no pruning comes between
-    determinising and minimising) and the cached build fits ``max_nodes`` and ``budget`` (else
-    the build runs and raises as it always does)."""
+              budget: int, cacheable: bool
+              ) -> Tuple[_RuleDfa, int, bool, Optional[Dict[int, int]]]:
+    """(the rule's DFA, the states it counts against the budget, is it minimal already, the map
+    of its reference letters to the grammar's or None). From the cache when ``cacheable`` (a
+    grammar with no dead parts, so no pruning comes between determinising and minimising) and
+    the cached build fits ``max_nodes`` and ``budget`` (else the build runs and raises as it
+    always does); a cached DFA is shared, never changed: ``_flatten`` maps its letters."""
     key = _body_key(body) if cacheable else None
     if key is not None:
         with _rule_dfas_lock:
@@ -1522,19 +1572,21 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
                 _rule_dfas.move_to_end(key[0])
         if hit is not None and hit.nfa_states <= max_nodes and hit.subsets <= budget:
             letter = {_ref_letter(k): _ref_letter(rule_ids[ref]) for k, ref in enumerate(key[1])}
-            return _relettered(hit.dfa, letter), hit.subsets, True
+            return hit.dfa, hit.subsets, True, letter
     builder = _NfaBuilder(name, rule_ids, max_nodes, fragments, token_rule_ids)
-    dfa = _determinise(builder.build(body), name, budget, max_nodes)
+    nfa = builder.build(body)
+    dfa = _determinise(nfa, name, budget, max_nodes)
     if key is None:
-        return dfa, dfa.num_states, False
+        return dfa, dfa.num_states, False, None
     minimal = _minimise(dfa)
     number = {_ref_letter(rule_ids[ref]): _ref_letter(k) for k, ref in enumerate(key[1])}
     stored = _relettered(minimal, number)
     with _rule_dfas_lock:
-        _rule_dfas[key[0]] = _CachedRuleDfa(stored, builder.sizes[id(body)], dfa.num_states)
+        stored.flat = _flat_moves(stored)  # for every later hit's _flatten
+        _rule_dfas[key[0]] = _CachedRuleDfa(stored, nfa.num_states - 2, dfa.num_states)
         while len(_rule_dfas) > RULE_DFA_CACHE_SIZE:
             _rule_dfas.popitem(last=False)
-    return minimal, dfa.num_states, True
+    return minimal, dfa.num_states, True, None
 
 
 def _counter_chains(budgeted: List[Tuple[int, int, int]], counters_base: int, starts: List[int],
