@@ -568,6 +568,69 @@ def test_minimisation_merges_equivalent_nodes():
     assert rule_size(a, "root") == 3
 
 
+def _moore_blocks(moves: List[Dict[int, int]], final: List[bool]) -> List[int]:
+    """Brute-force equivalence of a partial DFA's states (no sink: a missing move differs from
+    every move): refine by (block, letter -> target block) until nothing splits."""
+    block = [int(f) for f in final]
+    while True:
+        signatures = [(block[s], tuple(sorted((c, block[t]) for c, t in moves[s].items())))
+                      for s in range(len(moves))]
+        number = {sig: i for i, sig in enumerate(dict.fromkeys(signatures))}
+        refined = [number[sig] for sig in signatures]
+        if len(set(refined)) == len(set(block)):
+            return refined
+        block = refined
+
+
+def _random_dfa(rng: random.Random, states: int, long_cycles: bool):
+    """A random partial DFA over 3 letters whose states are all reachable from 0: a forward
+    edge to a later state or a self-loop (a back edge too when ``long_cycles``)."""
+    moves: List[Dict[int, int]] = [{} for _ in range(states)]
+    for state in range(1, states):  # a spanning tree from 0 keeps everything reachable
+        parent = rng.randrange(state)
+        free = [c for c in range(3) if c not in moves[parent]]
+        if free:
+            moves[parent][rng.choice(free)] = state
+        else:
+            moves[rng.randrange(state)].setdefault(3 + state, state)  # a letter of its own
+    for state in range(states):
+        for letter in range(3):
+            if letter in moves[state] or rng.random() < 0.4:
+                continue
+            roll = rng.random()
+            if roll < 0.3:
+                moves[state][letter] = state
+            elif roll < 0.9 and state + 1 < states:
+                moves[state][letter] = rng.randrange(state + 1, states)
+            elif long_cycles and state > 0:
+                moves[state][letter] = rng.randrange(state)
+    final = [rng.random() < 0.4 for _ in range(states)]
+    return moves, final
+
+
+@pytest.mark.parametrize("long_cycles", [False, True])
+def test_minimisation_blocks_equal_brute_force(long_cycles):
+    """Revuz's one pass (acyclic but for self-loops) and Hopcroft's refinement (any DFA)
+    give the blocks of a brute-force refinement, on random DFAs with many equal states."""
+    from gxg.compiler.automaton import (_acyclic_blocks, _acyclic_post_order, _breadth_first,
+                                        _coarsest_partition)
+    rng = random.Random(1234 + long_cycles)
+    one_pass = 0
+    for _ in range(400):
+        moves, final = _random_dfa(rng, rng.randrange(1, 14), long_cycles)
+        expected = _moore_blocks(moves, final)
+        post_order = _acyclic_post_order(moves, 0)
+        found = [_coarsest_partition(moves, final, _breadth_first(moves, 0))]
+        if post_order is not None:
+            one_pass += 1
+            assert sorted(post_order) == list(range(len(moves)))
+            found.append(_acyclic_blocks(post_order, moves, final))
+        for blocks in found:
+            pairs = {(expected[s], blocks[s]) for s in range(len(moves))}
+            assert len(pairs) == len(set(expected)) == len(set(blocks[s] for s in range(len(moves))))
+    assert one_pass > (300 if not long_cycles else 20)
+
+
 def test_equivalent_rules_stay_separate():
     a = build_ebnf('root ::= "x" p | "x" q\np ::= "1"\nq ::= "1"')
     assert a.num_rules == 4  # the wrapper, root, p, q

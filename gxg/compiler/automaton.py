@@ -1004,8 +1004,8 @@ def _breadth_first(moves: List[Dict[int, int]], start: int) -> List[int]:
 
 
 def _acyclic_post_order(moves: List[Dict[int, int]], start: int) -> Optional[List[int]]:
-    """States reachable from ``start``, each after all its successors; None if there is a
-    cycle."""
+    """States reachable from ``start``, each after all its successors other than itself; None
+    if there is a cycle longer than a self-loop."""
     ACTIVE, DONE = 1, 2
     status = {start: ACTIVE}
     post_order: List[int] = []
@@ -1018,7 +1018,7 @@ def _acyclic_post_order(moves: List[Dict[int, int]], start: int) -> Optional[Lis
                 status[target] = ACTIVE
                 stack.append((target, iter(moves[target].values())))
                 break
-            if seen == ACTIVE:
+            if seen == ACTIVE and target != state:
                 return None
         else:
             stack.pop()
@@ -1027,23 +1027,56 @@ def _acyclic_post_order(moves: List[Dict[int, int]], start: int) -> Optional[Lis
     return post_order
 
 
+_SELF = -1  # in a signature of _acyclic_blocks: a move to the state itself (blocks are >= 0)
+
+
 def _acyclic_blocks(post_order: List[int], moves: List[Dict[int, int]],
                     final: List[bool]) -> Dict[int, int]:
-    """Equivalence blocks of an acyclic DFA in one pass (Revuz): successors are classified
-    first, so a state's block is determined by its finality and its (letter, block) moves."""
+    """Equivalence blocks of a DFA whose only cycles are self-loops, in one pass (Revuz's
+    algorithm for acyclic DFAs): successors are classified first, so a state's block is
+    determined by its finality and its (letter, block) moves.
+
+    A self-loop is the one move whose target is not classified yet. A state p with self-loops
+    is equivalent to a block X iff its signature with X in place of its self-loops is X's own
+    signature (``registry``, with X's members' self-loops as X): X is either one of p's other
+    targets' blocks (each is tried) or none of them, and then X's signature with X written as
+    ``_SELF`` is p's signature as it stands (``loop_registry``). With those two lookups the
+    blocks are exact, as Hopcroft's partition would make them; most rule DFAs have no other
+    cycle (the loops of ``[ \\t\\n\\r]*``)."""
     block_of: Dict[int, int] = {}
-    registry: Dict[tuple, int] = {}
+    registry: Dict[tuple, int] = {}       # signature, a block's own moves as the block -> block
+    loop_registry: Dict[tuple, int] = {}  # signature, a block's own moves as _SELF -> block
     for state in post_order:
         move = moves[state]
-        if len(move) > 1:
-            signature = (final[state], tuple(sorted([(letter, block_of[target])
-                                                     for letter, target in move.items()])))
+        loops = False
+        pairs = []
+        for letter, target in move.items():
+            if target == state:
+                pairs.append((letter, _SELF))
+                loops = True
+            else:
+                pairs.append((letter, block_of[target]))
+        if len(pairs) > 1:
+            pairs.sort()  # letters are distinct: the order does not depend on the blocks
+        signature = (final[state], tuple(pairs))
+        if not loops:
+            block = registry.get(signature)
+            if block is None:
+                block = registry[signature] = len(registry)
         else:
-            signature = (final[state], tuple([(letter, block_of[target])
-                                              for letter, target in move.items()]))
-        block = registry.get(signature)
-        if block is None:
-            block = registry[signature] = len(registry)
+            block = loop_registry.get(signature)
+            if block is None:
+                for candidate in {b for _, b in pairs if b != _SELF}:
+                    as_candidate = (final[state], tuple(
+                        [(letter, candidate if b == _SELF else b) for letter, b in pairs]))
+                    if registry.get(as_candidate) == candidate:
+                        block = candidate
+                        break
+            if block is None:
+                block = len(registry)
+                registry[(final[state], tuple(
+                    [(letter, block if b == _SELF else b) for letter, b in pairs]))] = block
+                loop_registry[signature] = block
         block_of[state] = block
     return block_of
 
