@@ -631,6 +631,18 @@ def test_minimisation_blocks_equal_brute_force(long_cycles):
     assert one_pass > (300 if not long_cycles else 20)
 
 
+def test_lists_make_next_node_rows_on_first_use():
+    """``Automaton.lists.next_node[n]`` is row n of ``next_node`` as a list, made when first
+    asked for and kept (the same list object later); rows never asked for are not made."""
+    a = build_ebnf('root ::= "ab" [0-9]* | "x" r\nr ::= "yz"')
+    rows = a.lists.next_node
+    assert len(rows) == 0
+    for node in reversed(range(a.num_nodes)):
+        assert rows[node] == a.next_node[node].tolist()
+        assert all(type(target) is int for target in rows[node])
+    assert rows[1] is rows[1] and len(rows) == a.num_nodes
+
+
 def test_equivalent_rules_stay_separate():
     a = build_ebnf('root ::= "x" p | "x" q\np ::= "1"\nq ::= "1"')
     assert a.num_rules == 4  # the wrapper, root, p, q

@@ -147,11 +147,30 @@ __all__ = ["Automaton", "build_automaton", "clear_rule_dfa_cache", "DEFAULT_MAX_
 DEFAULT_MAX_NODES = 500_000
 
 
+class LazyRows(dict):
+    """The rows of a 2-D table as Python lists, each made when first indexed (``rows[node]``).
+    A cache that says so: it only grows, to the table's size at most. Walks read few of a
+    grammar's rows (lazy mask entries start at the nodes that stacks reach), and turning the
+    whole ``next_node`` into lists was most of what a median MaskBench compile spent after the
+    automaton (~1 ms of ~14)."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: np.ndarray):
+        super().__init__()
+        self._table = table
+
+    def __missing__(self, row: int) -> list:
+        values = self[row] = self._table[row].tolist()
+        return values
+
+
 @dataclass(frozen=True, eq=False)
 class AutomatonLists:
-    """An ``Automaton``'s tables as Python lists (``Automaton.lists``), plus the reference
-    edges per node and each rule's return sites (``callers``: rule -> sorted return nodes)."""
-    next_node: list
+    """An ``Automaton``'s tables as Python lists (``Automaton.lists``; ``next_node`` as rows
+    made on first use), plus the reference edges per node and each rule's return sites
+    (``callers``: rule -> sorted return nodes)."""
+    next_node: LazyRows
     byte_class: list
     is_final: list
     is_scannable: list
@@ -179,7 +198,7 @@ class AutomatonLists:
         is_final, is_scannable = a.is_final.tolist(), a.is_scannable.tolist()
         token_next = a.token_next.tolist()
         return AutomatonLists(
-            next_node=a.next_node.tolist(), byte_class=a.byte_class.tolist(),
+            next_node=LazyRows(a.next_node), byte_class=a.byte_class.tolist(),
             is_final=is_final, is_scannable=is_scannable,
             is_pure_return=a.is_pure_return.tolist(), node_rule=a.node_rule.tolist(),
             rule_start=a.rule_start.tolist(),
