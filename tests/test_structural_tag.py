@@ -21,7 +21,8 @@ import pytest
 
 import gxg
 from gxg.grammar.ir import Grammar, GrammarError
-from gxg.grammar.structural_tag import StructuralTagItem, parse_structural_tag
+from gxg.grammar.structural_tag import (StructuralTagItem, parse_structural_tag,
+                                        structural_tag_key)
 from gxg.grammar_compiler import GrammarCompiler
 from gxg.matcher import GrammarMatcher
 from gxg.tokenizer import TokenizerInfo
@@ -326,6 +327,42 @@ def test_tool_calling_tags(fmt, accepted, rejected):
             assert not xgr_accepts(text, string), string
 
 
+# XGrammar 0.2.9's ``syntax`` of a grammar format. The tests' XGrammar is 0.2.8 (pyproject), which
+# ignores the field, so these rows are gxg's alone: each Lark text accepts what its EBNF twin
+# accepts. (Checked by hand against XGrammar 0.2.9's matcher when written.)
+LARK_CASES = [
+    ('start: "a" r\nr: /[0-9]+/', 'root ::= "a" r\nr ::= [0-9]+', ["a1", "a123"],
+     ["a", "1", "a1b"]),
+    ('start: item ("," item)*\nitem: "x" | "yz"', 'root ::= item ("," item)*\nitem ::= "x" | "yz"',
+     ["x", "x,yz", "yz,yz,x"], ["", "x,", "y", "xyz"]),
+]
+
+
+@pytest.mark.parametrize("lark, ebnf, accepted, rejected", LARK_CASES)
+def test_grammar_format_in_lark_syntax(lark, ebnf, accepted, rejected):
+    lark_tag = _tag({"type": "grammar", "grammar": lark, "syntax": "lark"})
+    ebnf_tag = _tag({"type": "grammar", "grammar": ebnf, "syntax": "ebnf"})
+    for string in accepted:
+        assert gxg_accepts(lark_tag, string) and gxg_accepts(ebnf_tag, string), string
+    for string in rejected:
+        assert not gxg_accepts(lark_tag, string) and not gxg_accepts(ebnf_tag, string), string
+    with pytest.raises(GrammarError, match=r"^\$\.format\.grammar:"):  # no syntax: EBNF
+        Grammar.from_structural_tag(_tag({"type": "grammar", "grammar": lark}))
+
+
+def test_grammar_syntax_in_the_key():
+    """The default syntax leaves the key as it was before the field (compile caches keep
+    their keys); Lark's is in the key, and the key reads back as the same format."""
+    ebnf = {"type": "grammar", "grammar": 'root ::= "a"'}
+    assert structural_tag_key(_tag(ebnf)) == structural_tag_key(_tag({**ebnf, "syntax": "ebnf"}))
+    assert "syntax" not in structural_tag_key(_tag(ebnf))
+    lark = {"type": "grammar", "grammar": 'start: "a"', "syntax": "lark"}
+    key = structural_tag_key(_tag(lark))
+    assert json.loads(key)["format"]["syntax"] == "lark"
+    assert parse_structural_tag(key).format.syntax == "lark"
+    assert structural_tag_key(key) == key
+
+
 def test_legacy_tags_and_triggers():
     tags = [StructuralTagItem("<function=get_weather>", WEATHER, "</function>"),
             StructuralTagItem("<function=search>", json.dumps(SEARCH), "</function>")]
@@ -431,6 +468,9 @@ BAD = [
     (_tag(json_schema({"type": "nonsense"})), "$.format.json_schema"),
     (_tag({"type": "grammar", "grammar": ""}), "$.format.grammar"),
     (_tag({"type": "grammar", "grammar": "root ::= "}), "$.format.grammar"),
+    (_tag({"type": "grammar", "grammar": 'root ::= "a"', "syntax": "yaml"}), "$.format.syntax"),
+    (_tag({"type": "grammar", "grammar": 'root ::= "a"', "syntax": 1}), "$.format.syntax"),
+    (_tag({"type": "grammar", "grammar": "start: (", "syntax": "lark"}), "$.format.grammar"),
     (_tag({"type": "regex", "pattern": "(a"}), "$.format.pattern"),
     (_tag(any_text(excludes="x")), "$.format.excludes"),
     (_tag(any_text(max_chars=-1)), "$.format.max_chars"),

@@ -21,7 +21,10 @@ What is read is XGrammar 0.2.8's C++ reader (``cpp/structural_tag.cc``; its pyda
   triggered_tags, tags_with_separator, optional, plus, star, repeat, dispatch, and takes the
   first that reads;
 * fields a format does not know are ignored (as XGrammar's reader and pydantic do);
-* the deprecated ``qwen_xml_parameter`` is ``json_schema`` with ``style="qwen_xml"``.
+* the deprecated ``qwen_xml_parameter`` is ``json_schema`` with ``style="qwen_xml"``;
+* from XGrammar 0.2.9: ``grammar``'s ``syntax``, ``"ebnf"`` (the default) or ``"lark"`` (read
+  by ``Grammar.from_lark``; named special tokens resolved with the writer's
+  ``tokenizer_info``). XGrammar 0.2.8 ignores the field and reads the text as EBNF.
 
 Deliberate differences from XGrammar's reader: a field of the wrong type is an error (XGrammar
 ignores a non-string ``style``); a trigger that no tag uses is an error (XGrammar stops on an
@@ -99,9 +102,13 @@ class AnyTextFormat:
     type = "any_text"
 
 
+GRAMMAR_SYNTAXES = ("ebnf", "lark")
+
+
 @dataclass(frozen=True)
 class GrammarFormat:
     grammar: str
+    syntax: str = "ebnf"  # one of GRAMMAR_SYNTAXES
     path: str = _meta()
     key: str = _meta()
     type = "grammar"
@@ -566,18 +573,24 @@ class _Reader:
                              f"{path}.value")
         return self._done(ConstStringFormat(value, path=path), obj, {"value": value})
 
+    @staticmethod
+    def _one_of(obj, name: str, path: str, allowed: Tuple[str, ...]) -> str:
+        """Field ``name``: one of the strings ``allowed``, the first when absent."""
+        value = obj.get(name, allowed[0])
+        if not isinstance(value, str):
+            raise _fail(f"{path}.{name}", f"must be a string, not {describe_json_value(value)}")
+        if value not in allowed:
+            raise _fail(f"{path}.{name}", f"unknown {name} {value!r} (one of "
+                                          f"{', '.join(allowed)})")
+        return value
+
     def _json_schema(self, obj, path, style: Optional[str] = None):
         schema = self._required(obj, "json_schema", path, "json_schema")
         if not isinstance(schema, (dict, bool)):
             raise _fail(f"{path}.json_schema", f"must be an object or a boolean, not "
                                                f"{describe_json_value(schema)}")
         if style is None:
-            style = obj.get("style", "json")
-            if not isinstance(style, str):
-                raise _fail(f"{path}.style", f"must be a string, not {describe_json_value(style)}")
-            if style not in JSON_SCHEMA_STYLES:
-                raise _fail(f"{path}.style", f"unknown style {style!r} (one of "
-                                             f"{', '.join(JSON_SCHEMA_STYLES)})")
+            style = self._one_of(obj, "style", path, JSON_SCHEMA_STYLES)
         any_order = self._boolean(obj, "any_order", path, False)
         cap = obj.get("max_whitespace_cnt")
         if cap is not None:
@@ -604,7 +617,10 @@ class _Reader:
     def _grammar(self, obj, path):
         text = self._string(self._required(obj, "grammar", path, "grammar"), f"{path}.grammar",
                             non_empty=True)
-        return self._done(GrammarFormat(text, path=path), obj, {"grammar": text})
+        syntax = self._one_of(obj, "syntax", path, GRAMMAR_SYNTAXES)
+        # the default stays out of the key: a tag without the field keeps its key (and cache)
+        fields = {"grammar": text} if syntax == "ebnf" else {"grammar": text, "syntax": syntax}
+        return self._done(GrammarFormat(text, syntax, path=path), obj, fields)
 
     def _regex(self, obj, path):
         pattern = self._string(self._required(obj, "pattern", path, "regex"),

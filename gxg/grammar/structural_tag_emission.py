@@ -297,7 +297,8 @@ class _Emitter:
 
     def _GrammarFormat(self, fmt: GrammarFormat, ends) -> str:
         try:
-            grammar = Grammar.from_ebnf(fmt.grammar)
+            grammar = (Grammar.from_lark(fmt.grammar, tokenizer_info=self.tokenizer_info)
+                       if fmt.syntax == "lark" else Grammar.from_ebnf(fmt.grammar))
         except GrammarError as error:
             raise _fail(f"{fmt.path}.grammar", str(error)) from None
         return self.embed(grammar, "grammar")
