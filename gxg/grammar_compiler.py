@@ -321,6 +321,20 @@ def _check_token_ids(automaton: Automaton, vocab_size: int) -> None:
                            f"vocabulary range [0, {vocab_size})")
 
 
+def _mask_cache_mode(mask_cache: Optional[str], dynamic: Optional[bool]) -> str:
+    """``GrammarCompiler``'s mask-cache mode from its two spellings (None: not given)."""
+    if mask_cache is not None and mask_cache not in MASK_CACHE_MODES:
+        raise ValueError(f"mask_cache must be one of {MASK_CACHE_MODES}, got {mask_cache!r}")
+    if dynamic is None:
+        return mask_cache or "lazy"
+    if not isinstance(dynamic, bool):
+        raise ValueError(f"enable_dynamic_compilation must be a bool, got {dynamic!r}")
+    if mask_cache is not None and (mask_cache != "eager") != dynamic:
+        raise ValueError(f"enable_dynamic_compilation={dynamic} contradicts "
+                         f"mask_cache={mask_cache!r}")
+    return mask_cache or ("lazy" if dynamic else "eager")
+
+
 class GrammarCompiler:
     """Compiles grammars against one tokenizer; thread-safe LRU cache of results.
 
@@ -332,14 +346,17 @@ class GrammarCompiler:
     while compiling (the compile budgets then cover it: ``max_mask_cache_bytes`` past which the
     compile is a GrammarError); "background" compiles lazily, then a daemon thread computes the
     remaining entries while decoding goes on. In the lazy modes ``max_mask_cache_bytes`` bounds
-    the entries kept (one past it is computed each time it is needed, never truncated)."""
+    the entries kept (one past it is computed each time it is needed, never truncated).
+    ``enable_dynamic_compilation`` is XGrammar 0.2.9's name for the same choice: True is
+    "lazy", False "eager"; given with a ``mask_cache`` that says otherwise, a ValueError."""
 
     def __init__(self, tokenizer_info: TokenizerInfo, *, max_threads: int = 8,
                  cache_enabled: bool = True, cache_limit_bytes: int = -1,
                  compile_timeout: Optional[float] = None,
                  max_automaton_nodes: int = DEFAULT_MAX_NODES,
                  max_mask_cache_bytes: Optional[int] = None,
-                 mask_cache: str = "lazy"):
+                 mask_cache: Optional[str] = None,
+                 enable_dynamic_compilation: Optional[bool] = None):
         if not isinstance(tokenizer_info, TokenizerInfo):
             raise ValueError("GrammarCompiler needs a gxg.TokenizerInfo, got "
                              f"{type(tokenizer_info).__name__}")
@@ -362,9 +379,7 @@ class GrammarCompiler:
                                  f", got {value!r}")
         self.max_automaton_nodes = max_automaton_nodes
         self.max_mask_cache_bytes = max_mask_cache_bytes
-        if mask_cache not in MASK_CACHE_MODES:
-            raise ValueError(f"mask_cache must be one of {MASK_CACHE_MODES}, got {mask_cache!r}")
-        self.mask_cache = mask_cache
+        self.mask_cache = _mask_cache_mode(mask_cache, enable_dynamic_compilation)
         self._cache: "OrderedDict[tuple, CompiledGrammar]" = OrderedDict()
         self._lock = threading.Lock()
         self._pending: dict = {}  # key -> Future of a compilation in progress

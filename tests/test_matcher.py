@@ -7,6 +7,7 @@ prefix of the language), with stop tokens allowed iff the input so far is a sent
 """
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -167,6 +168,92 @@ def test_jump_forward_string():
     assert m.accept_string("abc7")
     assert m.find_jump_forward_string() == "xyz"
     assert m.accept_string("x")           # the probe did not move the matcher
+
+
+JUMP_VOCAB = ["a", "ab", "abc", "b", "c", "d", "</s>", "x", "xy", "xyz!", "é", "\xc3", "y"]
+# (vocabulary, grammar, tokens accepted first, stop ids, forced string, jump-forward tokens):
+# each row as XGrammar 0.2.9's GrammarMatcher answers it (checked when written; the tests'
+# XGrammar is 0.2.8, which has no find_jump_forward_tokens)
+JUMP_CASES = [
+    (JUMP_VOCAB, 'root ::= "abcd"', [], None, "abcd", [2, 5]),  # greedy: the longest first
+    (JUMP_VOCAB, 'root ::= "abc"', [], None, "abc", [2]),
+    (JUMP_VOCAB, 'root ::= "ab" [c-d]', [], None, "ab", []),   # "abc" could follow "ab"
+    (JUMP_VOCAB, 'root ::= "xy" [0-9]', [], None, "xy", []),
+    (JUMP_VOCAB, 'root ::= "xyy"', [], None, "xyy", [8, 12]),  # only the last is dropped
+    (JUMP_VOCAB, 'root ::= "q" "a"', [], None, "qa", []),      # no token for "q"
+    (JUMP_VOCAB, 'root ::= "</s>x"', [], [6], "</s>x", []),    # never a stop token
+    (JUMP_VOCAB, 'root ::= "a" ("é" | "è")', [], None, "a", []),  # a half character forced
+    (JUMP_VOCAB, 'root ::= "dab" "c"?', [], None, "dab", [5]),
+    (JUMP_VOCAB, 'root ::= "abcab"', [], None, "abcab", [2]),
+    (["b", "a", "a", "c"], 'root ::= "ab"', [], None, "ab", [1, 0]),  # the lowest id
+    (["x", "ab", "c", "ab"], 'root ::= "abc"', [], None, "abc", [1, 2]),
+    (["a", "b", "ab<end>", "<end>"], 'root ::= "ab"', [], [2], "ab", [0, 1]),
+    (JUMP_VOCAB, 'root ::= "a" | "abc"', [0], None, "", []),   # completed
+    (JUMP_VOCAB, 'root ::= "abcd"', [1], None, "cd", [4, 5]),
+]
+
+
+@pytest.mark.parametrize("vocab, grammar, accepted, stop, forced, tokens", JUMP_CASES)
+def test_jump_forward_tokens(vocab, grammar, accepted, stop, forced, tokens):
+    info = TokenizerInfo(vocab, stop_token_ids=stop)
+    m = GrammarMatcher(GrammarCompiler(info, cache_enabled=False).compile_grammar(grammar))
+    for token in accepted:
+        assert m.accept_token(token)
+    assert m.find_jump_forward_string() == forced
+    assert m.find_jump_forward_tokens() == tokens
+    for token in tokens:  # the state did not move, and the tokens are accepted in turn
+        assert m.accept_token(token)
+
+
+def _greedy_jump(vocab: list, forced: bytes, excluded: set) -> list:
+    """Brute force: at each position the longest (then lowest-id) ordinary token that the
+    forced bytes continue with; the last one dropped if a longer ordinary token extends it."""
+    ordinary = [(i, t.encode()) for i, t in enumerate(vocab) if t and i not in excluded]
+    out, start, last = [], 0, b""
+    while True:
+        fits = [(len(b), -i, i, b) for i, b in ordinary if forced.startswith(b, start)]
+        if not fits:
+            break
+        _, _, token, last = max(fits)
+        out.append(token)
+        start += len(last)
+    if out and any(b.startswith(last) and len(b) > len(last) for _, b in ordinary):
+        out.pop()
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_jump_forward_tokens_are_the_greedy_split(seed):
+    rng = random.Random(seed)
+    letters = ["a", "b", "é", " ", "{"]
+    for _ in range(25):
+        vocab = ["".join(rng.choice(letters) for _ in range(rng.randint(1, 3)))
+                 for _ in range(rng.randint(4, 16))] + ["</s>"]
+        text = "".join(rng.choice(letters) for _ in range(rng.randint(1, 7)))
+        tail = rng.choice(["", "[0-9]", '"x"?'])  # nothing more forced, or a choice
+        grammar = f"root ::= {json.dumps(text)} {tail}"
+        m = GrammarMatcher(GrammarCompiler(TokenizerInfo(vocab, stop_token_ids=[len(vocab) - 1]),
+                                           cache_enabled=False).compile_grammar(grammar))
+        expected = _greedy_jump(vocab, text.encode(), {len(vocab) - 1})
+        assert m.find_jump_forward_tokens() == expected, (vocab, grammar)
+
+
+@pytest.mark.parametrize("mask_cache, dynamic, mode", [
+    (None, None, "lazy"), (None, True, "lazy"), (None, False, "eager"),
+    ("eager", False, "eager"), ("background", True, "background"), ("eager", None, "eager"),
+])
+def test_enable_dynamic_compilation_names_the_mask_cache_mode(mask_cache, dynamic, mode):
+    info = TokenizerInfo(["a"])
+    compiler = GrammarCompiler(info, mask_cache=mask_cache, enable_dynamic_compilation=dynamic)
+    assert compiler.mask_cache == mode
+
+
+@pytest.mark.parametrize("mask_cache, dynamic", [("eager", True), ("lazy", False), (None, 1),
+                                                 ("never", None)])
+def test_enable_dynamic_compilation_contradictions_are_errors(mask_cache, dynamic):
+    with pytest.raises(ValueError):
+        GrammarCompiler(TokenizerInfo(["a"]), mask_cache=mask_cache,
+                        enable_dynamic_compilation=dynamic)
 
 
 def test_terminate_without_stop_token(abc):
