@@ -633,9 +633,11 @@ def _jump_forward_vocab(info, stop_ids: Tuple[int, ...]) -> _JumpForwardVocab:
 
 
 def _longest_utf8_prefix(data: bytes) -> str:
-    for cut in range(len(data), max(len(data) - 4, -1), -1):
-        try:
-            return data[:cut].decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-    return data.decode("utf-8", errors="ignore")
+    """The longest prefix of ``data`` made of whole UTF-8 characters: it stops before a
+    character cut at the end, and is empty when ``data`` starts inside one (after a token that
+    split a character), as XGrammar 0.2.9 answers (never bytes skipped: the text must be what
+    every continuation starts with)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return data[:error.start].decode("utf-8")

@@ -190,12 +190,15 @@ JUMP_CASES = [
     (["a", "b", "ab<end>", "<end>"], 'root ::= "ab"', [], [2], "ab", [0, 1]),
     (JUMP_VOCAB, 'root ::= "a" | "abc"', [0], None, "", []),   # completed
     (JUMP_VOCAB, 'root ::= "abcd"', [1], None, "cd", [4, 5]),
+    # a token split "é": the forced bytes start inside it, so no text is forced (not "xyz")
+    ([b"\xc3", b"\xa9x", b"a", b"yz"], 'root ::= "\u00e9xyz"', [0], None, "", [1, 3]),
+    ([b"\xc3", b"a", b"b"], 'root ::= "ab\u00e9"', [], None, "ab\u00e9", [1, 2, 0]),
 ]
 
 
 @pytest.mark.parametrize("vocab, grammar, accepted, stop, forced, tokens", JUMP_CASES)
 def test_jump_forward_tokens(vocab, grammar, accepted, stop, forced, tokens):
-    info = TokenizerInfo(vocab, stop_token_ids=stop)
+    info = TokenizerInfo(vocab, VocabType.RAW, stop_token_ids=stop)
     m = GrammarMatcher(GrammarCompiler(info, cache_enabled=False).compile_grammar(grammar))
     for token in accepted:
         assert m.accept_token(token)
