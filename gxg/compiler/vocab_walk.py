@@ -30,7 +30,7 @@ import numpy as np
 
 from gxg import compile_budget
 from gxg.compiler.automaton import gc_paused
-from gxg.compiler.stack_walk import EMPTY_CONFIG, Config, StackWalker
+from gxg.compiler.stack_walk import ANYTHING, EMPTY_CONFIG, Config, StackWalker
 
 DEAD = 0
 UNKNOWN = -1
@@ -81,6 +81,7 @@ class VocabularyWalk:
         self._byte_class = byte_class.tolist()
         self._byte_class_array = byte_class
         self._next_node = walker.automaton.next_node
+        self._is_plain = walker.automaton.lists.is_plain
         self._class_members = [np.nonzero(byte_class == c)[0]
                                for c in range(int(byte_class.max()) + 1)]
         self._dead_bytes: Dict[FrozenSet[int], np.ndarray] = {}  # per set of tops (a cache)
@@ -166,9 +167,13 @@ class VocabularyWalk:
         if not len(fresh):
             return
         self._loop_checked[fresh] = True
-        rows = self.lookup(((fresh[:, None] << 8) | np.arange(256, dtype=np.int32)).ravel())
-        loops = rows.reshape(len(fresh), 256) == fresh[:, None]
-        for state, row in zip(fresh.tolist(), loops):
+        found = [(state, self._plain_loops(state)) for state in fresh.tolist()]
+        rest = np.array([state for state, row in found if row is None], dtype=np.int32)
+        if len(rest):
+            rows = self.lookup(((rest[:, None] << 8) | np.arange(256, dtype=np.int32)).ravel())
+            walked = iter(rows.reshape(len(rest), 256) == rest[:, None])
+            found = [(state, next(walked) if row is None else row) for state, row in found]
+        for state, row in found:
             if not row.any():
                 continue
             # Characters are asked about (their walks' closures cost ~0.1 ms a state) only
@@ -183,6 +188,25 @@ class VocabularyWalk:
                 self.loop_keys.append(key)
                 self.loop_bytes.append(row.copy())
             self.skip_ids[state] = index
+
+    def _plain_loops(self, state: int) -> Optional[np.ndarray]:
+        """The loop bytes of a configuration whose elements all have a plain top (a node that
+        scans, is not final and calls nothing: its closure is itself) and no lookahead, read
+        off ``next_node`` without a closure: the bytes that move every top back to itself
+        (filled in the transition table). None for any other configuration. A byte could
+        also loop by swapping two elements' tops; it is missed here, which only makes walks
+        break there (slower, never wrong)."""
+        tops = set()
+        for stack, _, lookahead in self.configs[state]:
+            if not stack or stack is ANYTHING or lookahead is not None \
+                    or not self._is_plain[stack[-1]]:
+                return None
+            tops.add(stack[-1])
+        nodes = np.fromiter(tops, dtype=np.int64, count=len(tops))
+        loops = (self._next_node[nodes][:, self._byte_class_array]
+                 == nodes[:, None]).all(axis=0)
+        self._transition[state * 256 + np.flatnonzero(loops)] = state
+        return loops
 
     def _characters_loop(self, state: int) -> bool:
         """Does every well-formed multi-byte UTF-8 character lead ``state`` back to itself?
