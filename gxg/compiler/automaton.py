@@ -1049,6 +1049,12 @@ def _acyclic_post_order(moves: List[Dict[int, int]], start: int) -> Optional[Lis
 _SELF = -1  # in a signature of _acyclic_blocks: a move to the state itself (blocks are >= 0)
 
 
+def _self_as(signature: tuple, block: int) -> tuple:
+    """An ``_acyclic_blocks`` signature with its self-loops written as moves into ``block``."""
+    final, pairs = signature
+    return final, tuple([(letter, block if b == _SELF else b) for letter, b in pairs])
+
+
 def _acyclic_blocks(post_order: List[int], moves: List[Dict[int, int]],
                     final: List[bool]) -> Dict[int, int]:
     """Equivalence blocks of a DFA whose only cycles are self-loops, in one pass (Revuz's
@@ -1086,15 +1092,12 @@ def _acyclic_blocks(post_order: List[int], moves: List[Dict[int, int]],
             block = loop_registry.get(signature)
             if block is None:
                 for candidate in {b for _, b in pairs if b != _SELF}:
-                    as_candidate = (final[state], tuple(
-                        [(letter, candidate if b == _SELF else b) for letter, b in pairs]))
-                    if registry.get(as_candidate) == candidate:
+                    if registry.get(_self_as(signature, candidate)) == candidate:
                         block = candidate
                         break
             if block is None:
                 block = len(registry)
-                registry[(final[state], tuple(
-                    [(letter, block if b == _SELF else b) for letter, b in pairs]))] = block
+                registry[_self_as(signature, block)] = block
                 loop_registry[signature] = block
         block_of[state] = block
     return block_of

@@ -167,13 +167,12 @@ class VocabularyWalk:
         if not len(fresh):
             return
         self._loop_checked[fresh] = True
-        found = [(state, self._plain_loops(state)) for state in fresh.tolist()]
-        rest = np.array([state for state, row in found if row is None], dtype=np.int32)
-        if len(rest):
+        found = {state: self._plain_loops(state) for state in fresh.tolist()}
+        rest = np.array([state for state, row in found.items() if row is None], dtype=np.int32)
+        if len(rest):  # the others' rows, one lookup for all of them
             rows = self.lookup(((rest[:, None] << 8) | np.arange(256, dtype=np.int32)).ravel())
-            walked = iter(rows.reshape(len(rest), 256) == rest[:, None])
-            found = [(state, next(walked) if row is None else row) for state, row in found]
-        for state, row in found:
+            found.update(zip(rest.tolist(), rows.reshape(len(rest), 256) == rest[:, None]))
+        for state, row in found.items():
             if not row.any():
                 continue
             # Characters are asked about (their walks' closures cost ~0.1 ms a state) only
