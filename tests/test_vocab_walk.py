@@ -210,11 +210,13 @@ def test_loops_read_off_plain_tops_are_loops(name, make_grammar):
     ``next_node`` (``_plain_loops``): each is a byte the configuration's step maps back onto
     itself. A loop byte that moves some top elsewhere while the configuration comes back
     whole is missed (walks then only break there): not in the grammars of the other tests,
-    but in two_loops (")" after nested calls)."""
+    but in two_loops (")" after nested calls). Where every top's characters lead it back to
+    itself through plain nodes (``_node_characters_loop``), every multi-byte character maps
+    the configuration onto itself."""
     info = make_info(runs_vocab())
     automaton = build_automaton(prepare(make_grammar()))
     oracle = StackWalker(automaton, escape_bottom=True)
-    read_off = 0
+    read_off = characters_read_off = 0
     # every scannable node, and every rule's start (a call's closure: tops of several rules)
     starts = set(np.flatnonzero(automaton.is_scannable).tolist()) | set(
         automaton.rule_start.tolist())
@@ -224,16 +226,32 @@ def test_loops_read_off_plain_tops_are_loops(name, make_grammar):
         walk_trie(walk, token_trie(info), np.array([walk.intern(walker.initial((node,)))],
                                                   np.int32))
         for state in range(1, len(walk.configs)):
-            loops = walk._plain_loops(state)
-            if loops is None:
+            tops = walk._plain_tops(state)
+            if tops is None:
                 continue
+            loops = walk._plain_loops(state, tops)
             read_off += 1
             config = walk.configs[state]
             truth = np.array([oracle.step(config, byte) == config for byte in range(256)])
             assert not (loops & ~truth).any(), (node, state)  # never a false loop
             if name != "two_loops":
                 assert (loops == truth).all(), (node, state)
+            if all(map(walk._node_characters_loop, tops)):
+                characters_read_off += 1
+                for character in SAMPLE_CHARACTERS:  # never a false character loop
+                    assert oracle.walk(config, character.encode()) == config, \
+                        (node, state, character)
     assert read_off > 0
+    # strings loop on characters (the answer can be yes)
+    assert characters_read_off > 0 or name not in ("json", "schema", "free_text")
+
+
+# multi-byte characters of every UTF-8 sequence shape: the ends of each range and a sample
+SAMPLE_CHARACTERS = ["\u0080", "\u00e9", "\u07ff", "\u0800", "\u0fff", "\u1000", "\u4e2d",
+                     "\ucfff", "\ud000", "\ud7ff", "\ue000", "\uffff", "\U00010000",
+                     "\U0001f600", "\U0003ffff", "\U00040000", "\U000fffff", "\U00100000",
+                     "\U0010ffff"] + [chr(c) for c in random.Random(0).sample(
+                         [c for c in range(0x80, 0x110000, 97) if not 0xD800 <= c < 0xE000], 60)]
 
 
 def test_walk_of_a_repeated_token_takes_its_twin_result():

@@ -82,6 +82,11 @@ class VocabularyWalk:
         self._byte_class_array = byte_class
         self._next_node = walker.automaton.next_node
         self._is_plain = walker.automaton.lists.is_plain
+        self._next_rows = walker.automaton.lists.next_node
+        # per UTF-8 sequence, the distinct byte classes at each of its positions
+        self._utf8_classes = [[sorted({self._byte_class[b] for b in position})
+                               for position in sequence] for sequence in UTF8_SEQUENCES]
+        self._node_character_loops: Dict[int, bool] = {}  # per plain node (a cache)
         self._class_members = [np.nonzero(byte_class == c)[0]
                                for c in range(int(byte_class.max()) + 1)]
         self._dead_bytes: Dict[FrozenSet[int], np.ndarray] = {}  # per set of tops (a cache)
@@ -167,7 +172,9 @@ class VocabularyWalk:
         if not len(fresh):
             return
         self._loop_checked[fresh] = True
-        found = {state: self._plain_loops(state) for state in fresh.tolist()}
+        plain_tops = {state: self._plain_tops(state) for state in fresh.tolist()}
+        found = {state: tops and self._plain_loops(state, tops)
+                 for state, tops in plain_tops.items()}
         rest = np.array([state for state, row in found.items() if row is None], dtype=np.int32)
         if len(rest):  # the others' rows, one lookup for all of them
             rows = self.lookup(((rest[:, None] << 8) | np.arange(256, dtype=np.int32)).ravel())
@@ -178,8 +185,11 @@ class VocabularyWalk:
             # Characters are asked about (their walks' closures cost ~0.1 ms a state) only
             # for a state that loops on much of ASCII, as inside strings; a False is always
             # correct (walks then break at every byte >= 0x80), only slower.
+            # A plain configuration's answer comes from its nodes (kept per node: every walk
+            # of the grammar meets the same string nodes under other stacks).
             characters = (np.count_nonzero(row[:0x80]) >= CHARACTER_LOOP_MIN_ASCII
-                          and self._characters_loop(state))
+                          and (all(map(self._node_characters_loop, plain_tops[state]))
+                               if plain_tops[state] else self._characters_loop(state)))
             key = (np.packbits(row).tobytes(), characters)
             index = self._loop_key_ids.get(key)
             if index is None:
@@ -188,24 +198,55 @@ class VocabularyWalk:
                 self.loop_bytes.append(row.copy())
             self.skip_ids[state] = index
 
-    def _plain_loops(self, state: int) -> Optional[np.ndarray]:
-        """The loop bytes of a configuration whose elements all have a plain top (a node that
-        scans, is not final and calls nothing: its closure is itself) and no lookahead, read
-        off ``next_node`` without a closure: the bytes that move every top back to itself
-        (filled in the transition table). None for any other configuration. A byte could
-        also loop by swapping two elements' tops; it is missed here, which only makes walks
-        break there (slower, never wrong)."""
+    def _plain_tops(self, state: int) -> Optional[List[int]]:
+        """The tops of a configuration whose elements all have a plain top (a node that scans,
+        is not final and calls nothing: its closure is itself) and no lookahead; None for any
+        other configuration."""
         tops = set()
         for stack, _, lookahead in self.configs[state]:
             if not stack or stack is ANYTHING or lookahead is not None \
                     or not self._is_plain[stack[-1]]:
                 return None
             tops.add(stack[-1])
-        nodes = np.fromiter(tops, dtype=np.int64, count=len(tops))
+        return sorted(tops)
+
+    def _plain_loops(self, state: int, tops: List[int]) -> np.ndarray:
+        """The loop bytes of a plain configuration (``_plain_tops``), read off ``next_node``
+        without a closure: the bytes that move every top back to itself (filled in the
+        transition table). A byte could also loop by swapping two elements' tops; it is
+        missed here, which only makes walks break there (slower, never wrong)."""
+        nodes = np.array(tops, dtype=np.int64)
         loops = (self._next_node[nodes][:, self._byte_class_array]
                  == nodes[:, None]).all(axis=0)
         self._transition[state * 256 + np.flatnonzero(loops)] = state
         return loops
+
+    def _node_characters_loop(self, node: int) -> bool:
+        """Does every well-formed multi-byte UTF-8 character lead the plain ``node`` back to
+        itself through plain nodes only (so that a plain configuration whose tops all do this
+        loops on characters: each element's closure is itself at every byte)? Read off
+        ``next_node``, no closure; kept per node (a cache that only grows). False where the
+        path passes a node that is not plain: only slower (walks break at such characters)."""
+        known = self._node_character_loops.get(node)
+        if known is None:
+            known = self._node_character_loops[node] = self._characters_return(node)
+        return known
+
+    def _characters_return(self, node: int) -> bool:
+        rows, plain = self._next_rows, self._is_plain
+        for classes in self._utf8_classes:
+            reached = {node}
+            for k, position in enumerate(classes):
+                targets = {row[c] for row in map(rows.__getitem__, reached) for c in position}
+                if min(targets) < 0:
+                    return False
+                if k + 1 < len(classes):
+                    if not all(plain[t] for t in targets):
+                        return False
+                elif targets != {node}:
+                    return False
+                reached = targets
+        return True
 
     def _characters_loop(self, state: int) -> bool:
         """Does every well-formed multi-byte UTF-8 character lead ``state`` back to itself?
