@@ -167,6 +167,49 @@ def test_max_rise_bounds_one_byte(ebnf, rise):
     assert distances.max_rise == rise and distances.max_rise != NO_RISE_BOUND
 
 
+def _fixpoint_distances(a) -> list:
+    """``node_distance`` by brute force: relax d(x) = min(0 if final, 1 + d(target) over byte
+    edges and token moves, d(callee start) + d(return) over reference edges) until nothing
+    changes."""
+    inf = 10 ** 9
+    d = [0 if final else inf for final in a.is_final.tolist()]
+    changed = True
+    while changed:
+        changed = False
+        for x in range(a.num_nodes):
+            options = [d[x]] + [1 + d[t] for t in a.next_node[x].tolist() if t >= 0]
+            if a.token_next[x] >= 0:
+                options.append(1 + d[int(a.token_next[x])])
+            for e in range(int(a.ref_offsets[x]), int(a.ref_offsets[x + 1])):
+                options.append(d[int(a.rule_start[a.ref_rule[e]])] + d[int(a.ref_return[e])])
+            if min(options) < d[x]:
+                d[x], changed = min(options), True
+    return d
+
+
+# every zoo grammar, and rules that derive the empty string (a reference edge whose sum equals
+# the distance being settled) and a long chain (many distance levels)
+DISTANCE_GRAMMARS = [(name, ebnf) for name, ebnf, _ in GRAMMAR_ZOO] + [
+    ("nullable", 'root ::= a "x" a b | b b "y"\na ::= "" | "q" a\nb ::= a a | "z"'),
+    ("chain", 'root ::= "{" [a-z]{40} "}" | "[" root "]"'),
+]
+
+
+@pytest.mark.parametrize("name,ebnf", DISTANCE_GRAMMARS, ids=[g[0] for g in DISTANCE_GRAMMARS])
+def test_node_distances_by_heap_and_by_level_equal_the_fixpoint(name, ebnf, monkeypatch):
+    """``node_distance`` one node at a time (a heap) and a whole distance at a time (numpy)
+    both equal the brute-force fixpoint (UNREACHABLE where it stays infinite)."""
+    from gxg.compiler import completion
+    from gxg.compiler.automaton import build_automaton
+    from gxg.compiler.passes import prepare
+    automaton = build_automaton(prepare(zoo_grammar(ebnf)))
+    expected = np.minimum(_fixpoint_distances(automaton), completion.UNREACHABLE)
+    for levels_from in (0, 10 ** 9):
+        monkeypatch.setattr(completion, "LEVELS_FROM_NODES", levels_from)
+        found = completion_distances(automaton).node_distance
+        assert found.tolist() == expected.tolist(), levels_from
+
+
 # ----------------------------------------------------------------------------- real vocabulary
 
 
