@@ -89,7 +89,8 @@ class VocabularyWalk:
         self._node_character_loops: Dict[int, bool] = {}  # per plain node (a cache)
         self._class_members = [np.nonzero(byte_class == c)[0]
                                for c in range(int(byte_class.max()) + 1)]
-        self._dead_bytes: Dict[FrozenSet[int], np.ndarray] = {}  # per set of tops (a cache)
+        # per set of tops, a fresh row: DEAD at the bytes none of them scans (a cache)
+        self._dead_bytes: Dict[FrozenSet[int], np.ndarray] = {}
         self.configs: List[Config] = [EMPTY_CONFIG]
         self._ids: Dict[Config, int] = {EMPTY_CONFIG: DEAD}
         self._transition = np.full(64 * 256, UNKNOWN, dtype=np.int32)  # [state * 256 + byte]
@@ -130,11 +131,13 @@ class VocabularyWalk:
             if not tops:
                 self._transition[state * 256: state * 256 + 256] = DEAD
             return
-        dead = self._dead_bytes.get(tops)
-        if dead is None:  # configurations share their tops: one numpy pass per set of tops
+        row = self._dead_bytes.get(tops)
+        if row is None:  # configurations share their tops: one numpy pass per set of tops
             scannable = (self._next_node[sorted(tops)] >= 0).any(axis=0)
-            dead = self._dead_bytes[tops] = np.flatnonzero(~scannable[self._byte_class_array])
-        self._transition[state * 256 + dead] = DEAD
+            row = self._dead_bytes[tops] = np.where(scannable[self._byte_class_array],
+                                                    UNKNOWN, DEAD).astype(np.int32)
+        # a fresh state's row is all UNKNOWN: the set's row (DEAD where nothing scans) as it is
+        self._transition[state * 256: state * 256 + 256] = row
 
     def transitions(self, states: np.ndarray, byte_values: np.ndarray) -> np.ndarray:
         """``transition[states, bytes]``, computing the entries never needed before."""
