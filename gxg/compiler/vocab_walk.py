@@ -84,8 +84,8 @@ class VocabularyWalk:
         self._is_plain = walker.automaton.lists.is_plain
         self._next_rows = walker.automaton.lists.next_node
         # per UTF-8 sequence, the distinct byte classes at each of its positions
-        self._utf8_classes = [[sorted({self._byte_class[b] for b in position})
-                               for position in sequence] for sequence in UTF8_SEQUENCES]
+        self._utf8_classes = [[sorted({self._byte_class[b] for b in byte_range})
+                               for byte_range in sequence] for sequence in UTF8_SEQUENCES]
         self._node_character_loops: Dict[int, bool] = {}  # per plain node (a cache)
         self._class_members = [np.nonzero(byte_class == c)[0]
                                for c in range(int(byte_class.max()) + 1)]
@@ -176,7 +176,7 @@ class VocabularyWalk:
             return
         self._loop_checked[fresh] = True
         plain_tops = {state: self._plain_tops(state) for state in fresh.tolist()}
-        found = {state: tops and self._plain_loops(state, tops)
+        found = {state: None if tops is None else self._plain_loops(state, tops)
                  for state, tops in plain_tops.items()}
         rest = np.array([state for state, row in found.items() if row is None], dtype=np.int32)
         if len(rest):  # the others' rows, one lookup for all of them
@@ -236,17 +236,19 @@ class VocabularyWalk:
         return known
 
     def _characters_return(self, node: int) -> bool:
+        """``_node_characters_loop`` computed: each sequence's byte positions in turn, from
+        the nodes the position before reached. No if a byte is dead, if a node inside a
+        character is not plain (a grammar over code points cannot make one final or calling
+        there: a guard for other automata), or if the last byte leads anywhere but ``node``."""
         rows, plain = self._next_rows, self._is_plain
-        for classes in self._utf8_classes:
+        for positions in self._utf8_classes:
             reached = {node}
-            for k, position in enumerate(classes):
-                targets = {row[c] for row in map(rows.__getitem__, reached) for c in position}
+            for k, classes in enumerate(positions):
+                targets = {rows[n][c] for n in reached for c in classes}
                 if min(targets) < 0:
                     return False
-                if k + 1 < len(classes):
-                    if not all(plain[t] for t in targets):
-                        return False
-                elif targets != {node}:
+                last = k + 1 == len(positions)
+                if (targets != {node}) if last else not all(plain[t] for t in targets):
                     return False
                 reached = targets
         return True
