@@ -28,8 +28,9 @@ and a token with ``D_max + L * max_rise <= tokens left after it`` fits without b
 
 Computation: ``node_distance`` is a shortest-derivation problem (Knuth's generalisation of
 Dijkstra to superior functions: ``d(x) = min(1 + d(target) over byte edges and token moves,
-len(R) + d(ret) over reference edges)``, every term at least each of its arguments), one heap
-pass over the nodes.
+len(R) + d(ret) over reference edges)``, every term at least each of its arguments): one heap
+pass over the nodes, or, for automata of LEVELS_FROM_NODES nodes and more, the same settled a
+whole distance value at a time in numpy (Dial's buckets; the same distances).
 ``max_rise`` is the largest rise of a byte edge plus the largest rise of a closure path after
 it, a longest-path fixpoint; a pop is taken to land on any return node (a bound, not exact), and
 a fixpoint that does not settle within ``MAX_RISE_ROUNDS`` rounds gives ``NO_RISE_BOUND`` (the
