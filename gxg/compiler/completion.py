@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gxg.compiler.automaton import Automaton
+from gxg.compiler.vocab_walk import concatenated_ranges
 
 __all__ = ["CompletionDistances", "completion_distances", "NO_RISE_BOUND", "UNREACHABLE"]
 
@@ -202,12 +203,7 @@ def _distances_by_level(g: _DistanceGraph) -> np.ndarray:
 def _ranges(offsets: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """Positions offsets[node] .. offsets[node + 1] - 1 of every node, as one array."""
     lo = offsets[nodes]
-    counts = offsets[nodes + 1] - lo
-    total = int(counts.sum())
-    if not total:
-        return np.zeros(0, dtype=np.intp)
-    ends = np.cumsum(counts)
-    return np.repeat(lo - (ends - counts), counts) + np.arange(total)
+    return concatenated_ranges(lo, offsets[nodes + 1] - lo)
 
 
 def _max_rise(automaton: Automaton, distance: np.ndarray, edges) -> int:

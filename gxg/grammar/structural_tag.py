@@ -576,9 +576,7 @@ class _Reader:
     @staticmethod
     def _one_of(obj, name: str, path: str, allowed: Tuple[str, ...]) -> str:
         """Field ``name``: one of the strings ``allowed``, the first when absent."""
-        value = obj.get(name, allowed[0])
-        if not isinstance(value, str):
-            raise _fail(f"{path}.{name}", f"must be a string, not {describe_json_value(value)}")
+        value = _Reader._string(obj.get(name, allowed[0]), f"{path}.{name}")
         if value not in allowed:
             raise _fail(f"{path}.{name}", f"unknown {name} {value!r} (one of "
                                           f"{', '.join(allowed)})")
