@@ -39,6 +39,7 @@ from gxg.grammar.ir import (
     RuleRef,
     Sequence,
     iter_rule_refs,
+    iter_subexprs,
 )
 from gxg.testing import Recognizer
 
@@ -393,6 +394,56 @@ def test_remove_dead_rules_keeps_untouched_rules_as_they_are():
     assert result.rules[1] == Rule("a", Literal(b"xyz"))
 
 
+def assert_pruned(grammar: Grammar) -> None:
+    """What ``Grammar.pruned`` promises, checked part by part: every rule derives some finite
+    string, and so does every part of every body and lookahead."""
+    productive = productive_rules(grammar)
+    assert productive == set(grammar.rule_names)
+    for rule in grammar.rules:
+        for part in iter_subexprs(rule.body):
+            assert is_productive(part, productive), (rule.name, part)
+        for part in iter_subexprs(rule.lookahead):
+            assert is_productive(part, productive), (rule.name, part)
+
+
+SURROGATE_CLASS = CharClass(((0xD800, 0xDFFF),))
+
+
+# (body, lookahead) -> Rule.has_empty_class
+@pytest.mark.parametrize("body, lookahead, expected", [
+    (Literal(b"x"), None, False),
+    (Choice((Literal(b"x"), SURROGATE_CLASS)), None, True),
+    (Sequence((Literal(b"x"), Repeat(Choice((RuleRef("a"), SURROGATE_CLASS)), 0, None))), None,
+     True),
+    (Repeat(SURROGATE_CLASS, 0, 0), None, False),  # normalised away
+    (Literal(b"x"), Choice((Literal(b"y"), SURROGATE_CLASS)), True),
+    (CharClass(((0, 0xD7FF), (0xE000, 0x10FFFF)), negated=True), None, True),
+    (CharClass(((0, 0xD7FF),), negated=True), None, False),
+], ids=["literal", "in-choice", "deep", "zero-repeats", "in-lookahead", "negated-all",
+        "negated-some"])
+def test_rule_knows_whether_a_class_matches_nothing(body, lookahead, expected):
+    assert Rule("r", body, lookahead).has_empty_class is expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 0x10FFFF), st.integers(0, 0x3000)), min_size=1,
+                max_size=4), st.booleans(), st.booleans())
+def test_char_class_matches_nothing_exactly_when_it_has_no_code_point(starts, negated,
+                                                                      near_surrogates):
+    offset = 0xD7F0 if near_surrogates else 0
+    ranges = tuple((min(lo + offset, 0x10FFFF), min(lo + offset + width, 0x10FFFF))
+                   for lo, width in starts)
+    expr = CharClass(ranges, negated)
+    assert expr.matches_nothing() == (not expr.effective_ranges())
+
+
+def test_a_clean_grammar_is_marked_pruned_without_rewriting_a_body():
+    grammar = ebnf('root ::= a "x" | [a-z]*\na ::= "y" a | ""\nunused ::= "u"')
+    result = remove_dead_rules(grammar)
+    assert result.pruned and result.rule_names == ("root", "a")
+    assert all(a is b for a, b in zip(result.rules, grammar.rules))
+
+
 # bodies -> the least fixpoint of "derives a finite string"; names a body references but that
 # are not defined never hold
 FIXPOINT_TABLE = [
@@ -526,14 +577,16 @@ LETTERS = b"ab"
 
 
 @st.composite
-def small_grammars(draw):
+def small_grammars(draw, empty_class: bool = False):
     """2-4 rules over {a, b}: literals (empty included), a class, references anywhere (left
-    edges included), sequences, choices and bounded/unbounded repeats."""
+    edges included), sequences, choices and bounded/unbounded repeats; with ``empty_class``
+    also a class that matches nothing (only surrogates)."""
     count = draw(st.integers(2, 4))
     names = ["root"] + [f"r{i}" for i in range(1, count)]
     leaves = st.one_of(
         st.sampled_from([Literal(b""), Literal(b"a"), Literal(b"b"), Literal(b"ab"),
-                         CharClass(((ord("a"), ord("b")),))]),
+                         CharClass(((ord("a"), ord("b")),))]
+                        + ([SURROGATE_CLASS] if empty_class else [])),
         st.sampled_from(names).map(RuleRef),
         st.sampled_from(names).map(RuleRef),  # references twice as likely
     )
@@ -563,3 +616,34 @@ def test_random_grammars_prepare_keeps_language_and_removes_left_recursion(gramm
     assert_same_language(grammar, prepared, LETTERS, 5, walks=4, walk_length=12)
     assert_same_language(grammar, eliminated, LETTERS, 4, walks=0)
     assert prepare(prepared) == prepared
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(small_grammars(empty_class=True))
+def test_random_grammars_remove_dead_rules_leaves_a_pruned_grammar(grammar):
+    """Both ways through the pass (every leaf derives something, or some part is pruned) keep
+    the language and leave what ``pruned`` promises."""
+    result = remove_dead_rules(grammar)
+    if result.root.body != MATCHES_NOTHING:  # else the empty language's one rule
+        assert result.pruned
+        assert_pruned(result)
+    assert_same_language(grammar, result, LETTERS, 4, walks=2, walk_length=10)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3},
+                                      "b": {"enum": [1, "x", None]}}, "required": ["a"]},
+    {"type": "array", "items": {"anyOf": [{"type": "integer", "minimum": 3},
+                                          {"type": "string", "pattern": "^[a-c]+$"}]}},
+    {"type": "object", "additionalProperties": {"type": "number"},
+     "propertyNames": {"pattern": "^x"}},
+    {"$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+     "$ref": "#/$defs/node"},
+    {"type": "string", "format": "date-time"},
+], ids=["object", "array-anyof", "property-names", "recursive", "format"])
+@pytest.mark.parametrize("any_order", [False, True])
+def test_json_schema_grammars_marked_pruned_are(schema, any_order):
+    grammar = Grammar.from_json_schema(schema, any_order=any_order, strict_mode=False)
+    assert grammar.pruned
+    assert_pruned(grammar)

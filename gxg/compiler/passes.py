@@ -561,6 +561,11 @@ def remove_dead_rules(grammar: Grammar) -> Grammar:
     root = grammar.root_rule_name
     if root not in productive:
         return Grammar((Rule(root, MATCHES_NOTHING),), root)
+    if len(productive) == len(grammar.rules) and \
+            not any(rule.has_empty_class for rule in grammar.rules):
+        # every leaf derives something (no reference to a rule that does not, no class that
+        # matches nothing), so every part does: nothing to prune, the grammar is pruned
+        return _remove_unreachable_rules(Grammar(grammar.rules, root, pruned=True))
     bodies: Dict[str, Expr] = {}
     lookaheads: Dict[str, Optional[Expr]] = {}
     pruned: Dict[int, Optional[Expr]] = {}  # _prune's: a shared subtree is pruned once
@@ -720,13 +725,22 @@ def _inlined(node: Expr, inlinable: Dict[str, Tuple[Expr, int]], budget: List[in
             budget[0] -= size - 1
             return body
         return node
+    # a subtree with nothing inlined comes back as the same object, which the Rule built
+    # around the result then finds normal already (not a fresh tree to walk)
     if isinstance(node, Sequence):
-        return Sequence(tuple(_inlined(item, inlinable, budget) for item in node.items))
+        items = tuple([_inlined(item, inlinable, budget) for item in node.items])
+        return node if _same_items(items, node.items) else Sequence(items)
     if isinstance(node, Choice):
-        return Choice(tuple(_inlined(alt, inlinable, budget) for alt in node.alternatives))
+        alternatives = tuple([_inlined(alt, inlinable, budget) for alt in node.alternatives])
+        return node if _same_items(alternatives, node.alternatives) else Choice(alternatives)
     if isinstance(node, Repeat):
-        return Repeat(_inlined(node.expr, inlinable, budget), node.min, node.max)
+        inner = _inlined(node.expr, inlinable, budget)
+        return node if inner is node.expr else Repeat(inner, node.min, node.max)
     return node
+
+
+def _same_items(new: Tuple[Expr, ...], old: Tuple[Expr, ...]) -> bool:
+    return all(a is b for a, b in zip(new, old))
 
 
 # ============================================================================ the pipeline

@@ -107,6 +107,14 @@ class CharClass:
         ranges = complement_ranges(self.ranges) if self.negated else self.ranges
         return subtract_range(ranges, SURROGATES)
 
+    def matches_nothing(self) -> bool:
+        """``not self.effective_ranges()``; without building them for a plain class (its
+        first range decides, unless it lies among the surrogates)."""
+        if self.negated:
+            return not self.effective_ranges()
+        low, high = SURROGATES
+        return all(low <= lo and hi <= high for lo, hi in self.ranges)
+
     def matches(self, code_point: int) -> bool:
         return any(lo <= code_point <= hi for lo, hi in self.effective_ranges())
 
@@ -184,6 +192,10 @@ class Rule:
     #: the rules the body references, each once, in order of first reference (computed here:
     #: the passes and the checks ask for it many times per grammar)
     refs: Tuple[str, ...] = field(default=(), init=False, compare=False, repr=False)
+    #: some character class of the body or lookahead matches no code point (only then can a
+    #: part of them derive nothing while every rule they reference derives something; from
+    #: the same walk as ``refs``)
+    has_empty_class: bool = field(default=False, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -193,11 +205,14 @@ class Rule:
                                             or self.max_tokens < 0):
             raise GrammarError(f"rule {self.name!r}: max_tokens must be an integer >= 0, got "
                                f"{self.max_tokens!r}")
-        body, refs = _normalized(self.body)
+        body, refs, empty_class = _normalized(self.body)
         object.__setattr__(self, "body", body)
         if self.lookahead is not None:
-            object.__setattr__(self, "lookahead", normalize(self.lookahead))
+            lookahead, _, lookahead_empty_class = _normalized(self.lookahead)
+            object.__setattr__(self, "lookahead", lookahead)
+            empty_class = empty_class or lookahead_empty_class
         object.__setattr__(self, "refs", refs)
+        object.__setattr__(self, "has_empty_class", empty_class)
 
     def replaced(self, body: Expr, lookahead: Optional[Expr]) -> "Rule":
         """This rule (name and token budget) with another body and lookahead: what a pass
@@ -296,7 +311,7 @@ class Grammar:
 
 
 # Caches that say so, of normal forms by identity: id(expression) -> (the expression, its
-# normal form, the rules it references); the entries keep the expressions alive, so an id is
+# normal form, the rules it references, whether a class in it matches nothing); the entries keep the expressions alive, so an id is
 # never reused while it is in one. Front ends and passes build many rules around the same
 # subtrees (a property's value in every member alternative of an object; a rule rebuilt
 # around an unchanged body), and a subtree met before is not walked again, neither for its
@@ -308,7 +323,7 @@ class Grammar:
 #   cleared when full. Scopes read it too: ``normal_constant`` puts long-lived expressions
 #   there (the JSON Schema front end's cached string units, in every grammar of a compile).
 _SCOPE = threading.local()
-_KNOWN_NORMAL: Dict[int, Tuple["Expr", "Expr", Tuple[str, ...]]] = {}
+_KNOWN_NORMAL: Dict[int, Tuple["Expr", "Expr", Tuple[str, ...], bool]] = {}
 _KNOWN_NORMAL_LIMIT = 1 << 14
 
 
@@ -350,26 +365,33 @@ def normalize(expr: Expr) -> Expr:
     return _normalized(expr)[0]
 
 
-def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
-    """``normalize(expr)`` and the names of the rules it references, each once, in order of
-    first reference (what ``Rule.refs`` holds), from the same walk."""
+def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...], bool]:
+    """``normalize(expr)``, the names of the rules it references, each once, in order of
+    first reference (what ``Rule.refs`` holds), and whether one of its character classes
+    matches no code point (``Rule.has_empty_class``), from the same walk."""
     done: dict = {}  # id(node) -> normal form of node
     refs_of: dict = {}  # id(node) -> the rules node references
+    # Classes that match nothing are rare: instead of a flag per node, a count of those met
+    # so far in the (post-order) walk; a subtree holds one when the count grew while it was
+    # walked. A stack entry is (node, the count when its children were pushed, or -1 before).
+    empties = 0
     table = getattr(_SCOPE, "table", None)
     scoped = table is not None
     if not scoped:
         table = _KNOWN_NORMAL
-    stack = [(expr, False)]
+    stack = [(expr, -1)]
     steps = 0
     while stack:
         steps += 1
         if steps % 4096 == 0:  # a deeply nested schema normalises big trees many times
             from gxg import compile_budget  # here: compile_budget imports this module
             compile_budget.check("the grammar's normalisation")
-        node, children_done = stack.pop()
+        node, start = stack.pop()
         if isinstance(node, (Literal, CharClass, TokenSet)):
             done[id(node)] = node
             refs_of[id(node)] = ()
+            if node.__class__ is CharClass and node.matches_nothing():
+                empties += 1
             continue
         if isinstance(node, RuleRef):
             done[id(node)] = node
@@ -380,17 +402,19 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
             known = _KNOWN_NORMAL.get(id(node))  # a long-lived expression (normal_constant)
         if known is not None:
             done[id(node)], refs_of[id(node)] = known[1], known[2]
+            empties += known[3]
             continue
         if not isinstance(node, (Sequence, Choice, Repeat)):
             raise TypeError(f"not a grammar expression: {node!r}")
         kids = children(node)
-        if not children_done:
-            stack.append((node, True))
-            stack.extend((child, False) for child in reversed(kids))
+        if start < 0:
+            stack.append((node, empties))
+            stack.extend((child, -1) for child in reversed(kids))
             continue
         normal = [done[id(child)] for child in kids]
         # flattening and merging literals keep the references' order
         refs = _merged_refs([refs_of[id(child)] for child in kids])
+        empty = empties > start
         if all(new is old for new, old in zip(normal, kids)) and _already_normal(node):
             result = node  # kept as it is: normalising a normal tree allocates nothing
         elif isinstance(node, Sequence):
@@ -406,7 +430,7 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
         else:
             inner = normal[0]
             if node.max == 0 or inner == EMPTY:
-                result, refs = EMPTY, ()
+                result, refs, empty, empties = EMPTY, (), False, start  # the body is gone
             elif node.min == 1 and node.max == 1:
                 result = inner
             else:
@@ -414,13 +438,14 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...]]:
         done[id(node)] = result
         refs_of[id(node)] = refs
         if scoped or result is node:
-            table[id(node)] = (node, result, refs)
-    result, refs = done[id(expr)], refs_of[id(expr)]
+            table[id(node)] = (node, result, refs, empty)
+    key = id(expr)
+    result, refs, empty = done[key], refs_of[key], empties > 0
     if not scoped and len(table) >= _KNOWN_NORMAL_LIMIT:
         table.clear()
     if not isinstance(result, (Literal, CharClass, TokenSet, RuleRef)):
-        table[id(result)] = (result, result, refs)
-    return result, refs
+        table[id(result)] = (result, result, refs, empty)
+    return result, refs, empty
 
 
 def _merged_refs(parts) -> Tuple[str, ...]:

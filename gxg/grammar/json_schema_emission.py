@@ -1248,4 +1248,7 @@ class GrammarEmitter:
             if rule.name not in productive:
                 where = self.rule_pointer.get(rule.name, "#")
                 raise GrammarError(f"schema at {where} admits no finite JSON value")
-        return Grammar(tuple(ordered), root_rule_name="root")
+        # every rule derives something; with no class that matches nothing, so does every
+        # part of every body (what ``Grammar.pruned`` says, and the passes then skip)
+        return Grammar(tuple(ordered), root_rule_name="root",
+                       pruned=not any(rule.has_empty_class for rule in ordered))

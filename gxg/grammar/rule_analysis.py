@@ -25,7 +25,7 @@ __all__ = ["is_nullable", "is_productive", "least_fixpoint"]
 
 
 def _matches_no_code_point(expr: Expr) -> bool:
-    return isinstance(expr, CharClass) and not expr.effective_ranges()
+    return isinstance(expr, CharClass) and expr.matches_nothing()
 
 
 def is_nullable(expr: Expr, nullable: Set[str]) -> bool:
