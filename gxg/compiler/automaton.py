@@ -1633,15 +1633,15 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
     dfa = _determinise(nfa, name, budget, max_nodes)
     if key is None:
         return dfa, dfa.num_states, False, None
-    minimal = _minimise(dfa)
     number = {_ref_letter(rule_ids[ref]): _ref_letter(k) for k, ref in enumerate(key[1])}
-    stored = _relettered(minimal, number)
+    stored = _relettered(_minimise(dfa), number)
+    stored.flat = _flat_moves(stored)  # for _flatten, this compile's and every later hit's
     with _rule_dfas_lock:
-        stored.flat = _flat_moves(stored)  # for every later hit's _flatten
         _rule_dfas[key[0]] = _CachedRuleDfa(stored, nfa.num_states - 2, dfa.num_states)
         while len(_rule_dfas) > RULE_DFA_CACHE_SIZE:
             _rule_dfas.popitem(last=False)
-    return minimal, dfa.num_states, True, None
+    # this compile reads the stored DFA as a hit would (one flattening of its moves, not two)
+    return stored, dfa.num_states, True, {letter: grammar for grammar, letter in number.items()}
 
 
 def _counter_chains(budgeted: List[Tuple[int, int, int]], counters_base: int, starts: List[int],
