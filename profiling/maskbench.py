@@ -252,14 +252,18 @@ class GxgGpuEngine(GxgEngine):
                             capacity=self.capacity)
 
     def compile(self, schema):
+        clock = time.perf_counter
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            t0 = clock()
             compiled = self.compiler.compile_json_schema(schema, any_whitespace=True,
                                                          strict_mode=False, any_order=True)
+            t1 = clock()
             if self.gid is not None:  # one grammar at a time: free the previous one
                 self.batch.unbind(0)
                 self.batch.arena.unregister(self.gid)
                 self.gid = None
+            t2 = clock()
             try:
                 self.gid = self.batch.bind(0, compiled)
             except self._arena_full:
@@ -269,7 +273,12 @@ class GxgGpuEngine(GxgEngine):
                 self.capacity = self.capacity.to_hold([compiled], self.capacity)
                 self.batch = self._new_batch()
                 self.gid = self.batch.bind(0, compiled)
+            t3 = clock()
             self._sync()
+            t4 = clock()
+        # compile_ms's parts (the row's ``compile_parts_ms``): where a GPU bind's time goes
+        self.compile_parts = {"compile": 1e3 * (t1 - t0), "release": 1e3 * (t2 - t1),
+                              "bind": 1e3 * (t3 - t2), "sync": 1e3 * (t4 - t3)}
         return [str(w.message) for w in caught]
 
     def start(self):
@@ -451,6 +460,8 @@ def run_schema(engine, schema, tests, time_limit: float) -> Dict[str, object]:
             return row
         row["compile_ms"] = 1e3 * (time.perf_counter() - start)
         row["compile_cpu_ms"] = 1e3 * (time.process_time() - cpu_start)
+        if getattr(engine, "compile_parts", None) is not None:  # gxg-gpu: compile, bind, ...
+            row["compile_parts_ms"] = engine.compile_parts
         stage = "match"
         first_mask = True
         for index, (tokens, valid) in enumerate(tests):
@@ -593,6 +604,13 @@ def summarise(engine: str, rows: List[dict], wall_s: float) -> Dict[str, object]
         "tbm_new_node_us": _percentiles(tbm_new), "tbm_steady_us": _percentiles(tbm_steady),
         "new_node_steps": len(tbm_new),
         "loop_cpu_us_per_token": 1e6 * loop_cpu / loop_n if loop_n else None,
+        # gxg-gpu: compile_ms part by part (CPU compile, freeing the previous grammar, bind,
+        # the synchronisation after it)
+        "compile_parts_ms": {part: _percentiles([r["compile_parts_ms"][part] for r in rows
+                                                 if r.get("compile_parts_ms")
+                                                 and r["status"] in ("pass", "fail")])
+                             for part in ("compile", "release", "bind", "sync")
+                             if any(r.get("compile_parts_ms") for r in rows)},
     }
 
 
@@ -853,6 +871,11 @@ def main() -> None:
     print_table(table, list(table[0]))
     if pairs:
         print("schemas passing on both: " + ", ".join(f"{k} {v}" for k, v in pairs.items()))
+    for s in summaries:
+        if s["compile_parts_ms"]:
+            print(f"{s['engine']} compile_ms by part, p50 / p90 / p99 ms: " + ", ".join(
+                f"{part} {v.get('p50', 0):.2f} / {v.get('p90', 0):.2f} / {v.get('p99', 0):.2f}"
+                for part, v in s["compile_parts_ms"].items()))
     for name in names:
         if breakdown[name]:
             print(f"\n{name} compile errors / crashes by kind (top 15):")
