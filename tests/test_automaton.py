@@ -970,9 +970,9 @@ def random_body(rng: random.Random, met: List[Expr], depth: int = 0) -> Expr:
     kind = rng.choice(["lit", "class", "ref"] if depth >= 3 else
                       ["lit", "class", "ref", "seq", "alt", "rep"])
     if kind == "lit":
-        return Literal(rng.choice([b"a", b"b"]))
+        return Literal(rng.choice([b"a", b"b", b""]))
     if kind == "class":
-        return CharClass(((0x61, rng.choice([0x61, 0x7A])),))
+        return CharClass(((0x61, rng.choice([0x61, 0x7A])),), negated=rng.random() < 0.3)
     if kind == "ref":
         return RuleRef(rng.choice(["x", "y", "z"]))
     parts = tuple(random_body(rng, met, depth + 1) for _ in range(rng.choice([2, 3])))

@@ -981,8 +981,9 @@ def _evaluate(root: Expr, leaf) -> bool:
 # ----------------------------------------------------------------------------- minimisation
 
 
-def _minimise(dfa: _RuleDfa) -> _RuleDfa:
-    """The minimal DFA of the states reachable from the start, numbered breadth-first.
+def _minimise(dfa: _RuleDfa, relettered: Optional[Dict[int, int]] = None) -> _RuleDfa:
+    """The minimal DFA of the states reachable from the start, numbered breadth-first; with
+    ``relettered``, its reference letters mapped through it (the rule DFA cache's numbering).
 
     All states reachable after pruning can complete (except a start state of a rule that derives
     nothing, which then has no edges), so equivalence is plain DFA equivalence with reference
@@ -1006,7 +1007,7 @@ def _minimise(dfa: _RuleDfa) -> _RuleDfa:
             if index is None:
                 index = number[block] = len(members)
                 members.append(target)
-            move[letter] = index
+            move[letter if relettered is None or letter >= 0 else relettered[letter]] = index
         new_moves.append(move)
     return _RuleDfa(dfa.cuts, new_moves, [final[state] for state in members])
 
@@ -1603,13 +1604,6 @@ def _body_key(body: Expr) -> Optional[Tuple[tuple, List[str]]]:
     return tuple(out), list(names)
 
 
-def _relettered(dfa: _RuleDfa, letter: Dict[int, int]) -> _RuleDfa:
-    """A copy of ``dfa`` with its reference letters (< 0) mapped through ``letter``."""
-    moves = [{(letter[c] if c < 0 else c): target for c, target in move.items()}
-             for move in dfa.moves]
-    return _RuleDfa(list(dfa.cuts), moves, list(dfa.final))
-
-
 def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
               fragments: Dict[CharClass, _ClassFragment], token_rule_ids: Dict[TokenSet, int],
               budget: int, cacheable: bool
@@ -1634,7 +1628,7 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
     if key is None:
         return dfa, dfa.num_states, False, None
     number = {_ref_letter(rule_ids[ref]): _ref_letter(k) for k, ref in enumerate(key[1])}
-    stored = _relettered(_minimise(dfa), number)
+    stored = _minimise(dfa, number)
     stored.flat = _flat_moves(stored)  # for _flatten, this compile's and every later hit's
     with _rule_dfas_lock:
         _rule_dfas[key[0]] = _CachedRuleDfa(stored, nfa.num_states - 2, dfa.num_states)
