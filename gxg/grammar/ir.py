@@ -43,6 +43,8 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_not
 from typing import Dict, Iterator, Optional, Tuple, Union
 
 MAX_CODE_POINT = 0x10FFFF
@@ -409,13 +411,15 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...], bool]:
         kids = children(node)
         if start < 0:
             stack.append((node, empties))
-            stack.extend((child, -1) for child in reversed(kids))
+            stack.extend(zip(reversed(kids), repeat(-1)))
             continue
-        normal = [done[id(child)] for child in kids]
+        # (map over C-level callables: this loop is most of a front end's normalisation)
+        kid_ids = list(map(id, kids))
+        normal = list(map(done.__getitem__, kid_ids))
         # flattening and merging literals keep the references' order
-        refs = _merged_refs([refs_of[id(child)] for child in kids])
+        refs = _merged_refs(list(map(refs_of.__getitem__, kid_ids)))
         empty = empties > start
-        if all(new is old for new, old in zip(normal, kids)) and _already_normal(node):
+        if not any(map(is_not, normal, kids)) and _already_normal(node):
             result = node  # kept as it is: normalising a normal tree allocates nothing
         elif isinstance(node, Sequence):
             result = _normal_sequence(normal)
@@ -491,25 +495,26 @@ def children(node: Expr) -> Tuple[Expr, ...]:
 
 def _normal_sequence(items) -> Expr:
     out: list = []
-    pending: list = []  # adjacent literal bytes, joined once
-
-    def flush() -> None:
-        if pending:
-            out.append(Literal(b"".join(pending)))
-            pending.clear()
-
+    run: list = []  # adjacent non-empty literals, joined once (a run of one is kept as it is)
     for item in items:
         for part in (item.items if isinstance(item, Sequence) else (item,)):
             if isinstance(part, Literal):
                 if part.data:
-                    pending.append(part.data)
+                    run.append(part)
                 continue
-            flush()
+            if run:
+                out.append(_joined(run))
+                run = []
             out.append(part)
-    flush()
+    if run:
+        out.append(_joined(run))
     if not out:
         return EMPTY
     return out[0] if len(out) == 1 else Sequence(tuple(out))
+
+
+def _joined(run: list) -> Literal:
+    return run[0] if len(run) == 1 else Literal(b"".join([part.data for part in run]))
 
 
 def iter_subexprs(expr: Optional[Expr]) -> Iterator[Expr]:
