@@ -111,7 +111,9 @@ _RAW_FORBIDDEN = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0xD800, 0xDFFF))
 _ALL = ((0, 0x10FFFF),)
 
 
+@functools.lru_cache(maxsize=None)  # a cache of a pure function: at most 136 (lo, hi) pairs
 def _hex_digits(lo: int, hi: int) -> CharClass:
+    """One hex digit (either case) whose value is in [lo, hi]."""
     ranges = []
     for value in range(lo, hi + 1):
         for char in {_HEX[value], _HEX[value].upper()}:
