@@ -110,6 +110,18 @@ TOOL_CALLS = [
 ]
 
 
+def check_inputs(maskbench_dir: Path) -> None:
+    """SystemExit naming what is missing: a CUDA device, or the MaskBench files the workloads
+    read (the two schemas, whose documents are the builtin JSON workload's too)."""
+    missing = [name for name in SCHEMAS if not (maskbench_dir / name).is_file()]
+    if missing:
+        raise SystemExit(f"bench_step: {', '.join(missing)} not in {maskbench_dir}: pass "
+                         "--maskbench with a folder that holds them (MaskBench's data/, or a "
+                         "copy of these files and others carried to the GPU machine)")
+    if not torch.cuda.is_available():
+        raise SystemExit("bench_step: no CUDA device (it times CUDA graphs)")
+
+
 def workloads(maskbench_dir: Path, wanted=None):
     """(name, kind, source, documents): kind "builtin_json" (source None), "ebnf" (MaskBench
     schemas converted by XGrammar's converter: only when ``wanted`` (names; None: all) asks
@@ -266,6 +278,7 @@ def main() -> None:
     parser.add_argument("--define", action="append", default=[],
                         help="a macro for csrc/automaton.cu, e.g. WALK_LANES=1 (variants)")
     args = parser.parse_args()
+    check_inputs(Path(args.maskbench))
     if args.define:
         from gxg.ops import cuda_automaton
         cuda_automaton.KERNEL_DEFINES = tuple(f"-D{d}" for d in args.define)
