@@ -313,11 +313,11 @@ class Grammar:
 
 
 # Caches that say so, of normal forms by identity: id(expression) -> (the expression, its
-# normal form, the rules it references, whether a class in it matches nothing); the entries keep the expressions alive, so an id is
-# never reused while it is in one. Front ends and passes build many rules around the same
-# subtrees (a property's value in every member alternative of an object; a rule rebuilt
-# around an unchanged body), and a subtree met before is not walked again, neither for its
-# normal form nor for its references.
+# normal form, the rules it references, whether a class in it matches nothing); the entries
+# keep the expressions alive, so an id is never reused while it is in one. Front ends and
+# passes build many rules around the same subtrees (a property's value in every member
+# alternative of an object; a rule rebuilt around an unchanged body), and a subtree met
+# before is not walked again, neither for its normal form nor for its references.
 # * Inside ``normal_forms_kept()`` (a compile: the JSON Schema front end, ``prepare``,
 #   ``GrammarCompiler``), a table of the thread's own, dropped when the outermost scope ends:
 #   every compound expression met (a shared subtree that was not normal is normalised once).
