@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import is_not
 from typing import Dict, Iterator, Optional, Tuple, Union
 
@@ -179,6 +178,8 @@ class Repeat:
 
 
 Expr = Union[Literal, CharClass, TokenSet, RuleRef, Sequence, Choice, Repeat]
+_COMPOUND = frozenset((Sequence, Choice, Repeat))
+_LEAF_KINDS = frozenset((Literal, CharClass, TokenSet, RuleRef))
 EMPTY = Literal(b"")
 
 
@@ -410,14 +411,23 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...], bool]:
             raise TypeError(f"not a grammar expression: {node!r}")
         kids = children(node)
         if start < 0:
+            # leaves are not pushed: they are their own normal form, and the classes among
+            # them that match nothing are counted here, inside this node's part of the count
             stack.append((node, empties))
-            stack.extend(zip(reversed(kids), repeat(-1)))
+            for child in reversed(kids):
+                kind = child.__class__
+                if kind is Sequence or kind is Choice or kind is Repeat:
+                    stack.append((child, -1))
+                elif kind is CharClass:
+                    empties += child.matches_nothing()
+                elif kind not in _LEAF_KINDS:
+                    raise TypeError(f"not a grammar expression: {child!r}")
             continue
-        # (map over C-level callables: this loop is most of a front end's normalisation)
-        kid_ids = list(map(id, kids))
-        normal = list(map(done.__getitem__, kid_ids))
+        normal = [done[id(child)] if child.__class__ in _COMPOUND else child for child in kids]
         # flattening and merging literals keep the references' order
-        refs = _merged_refs(list(map(refs_of.__getitem__, kid_ids)))
+        refs = _merged_refs([refs_of[id(child)] if child.__class__ in _COMPOUND
+                             else (child.name,) if child.__class__ is RuleRef else ()
+                             for child in kids])
         empty = empties > start
         if not any(map(is_not, normal, kids)) and _already_normal(node):
             result = node  # kept as it is: normalising a normal tree allocates nothing
