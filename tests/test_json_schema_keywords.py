@@ -294,6 +294,26 @@ def test_any_order_tracks_many_required_members_in_schema_order():
     assert not recognizer(schema, strict_mode=False, any_order=True).accepts(swapped)
 
 
+@pytest.mark.parametrize("names", [["a", "b", "c"], ["name", "age", "email"],
+                                   [f"p{i}" for i in range(12)]])
+def test_any_order_state_rules_spell_no_key(names):
+    """Keys live in the member rules (one per required member, one trie for the optional and
+    extra ones): the rules of the states only separate and refer, so they have the same shape
+    in every object and the compiler's rule DFA cache serves them."""
+    from gxg.grammar.ir import Literal, iter_subexprs
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
+              "required": names[:-1]}
+    grammar = json_schema_to_grammar(schema, strict_mode=False, any_order=True)
+    states = [rule for rule in grammar.rules if rule.name.startswith("members")]
+    assert states
+    for rule in states:
+        literals = [e.data for e in iter_subexprs(rule.body) if isinstance(e, Literal)]
+        assert all(b'"' not in data for data in literals), (rule.name, literals)
+    check(schema, "{" + ",".join(f'"{n}":1' for n in names) + "}", True, any_order=True)
+    check(schema, "{" + ",".join(f'"{n}":1' for n in names[:-1]) + ',"zz":1}', True,
+          any_order=True)
+
+
 def test_duplicate_required_member_is_rejected_in_any_order():
     schema = {"type": "object", "properties": {"a": {}}, "required": ["a"]}
     assert not recognizer(schema, strict_mode=False, any_order=True).accepts('{"a":1,"a":2}')

@@ -70,9 +70,6 @@ MAX_CONTAINS_COUNT = 64  # contains with item bounds: one alternative per witnes
 MAX_EXACT_BOUND = 2048
 # any_order: the required members seen so far are tracked as a set up to this many.
 MAX_ANY_ORDER_REQUIRED = 9
-# Any-order objects spell their keys in every state's rule while that stays within this many
-# key characters in all (see GrammarEmitter.object_any_order).
-MAX_INLINE_KEY_CHARS = 16384
 
 
 # ----------------------------------------------------------------------------- combinators
@@ -1018,13 +1015,14 @@ class GrammarEmitter:
         one may appear twice: every occurrence is checked, and json.loads keeps the last (see
         ``gxg.grammar.json_schema`` on duplicate names).
 
-        Keys are spelled inside each state's rule (the values stay shared rules) when that costs
-        at most MAX_INLINE_KEY_CHARS in all: each state's rule then reads a key as a trie, so a
-        key's bytes keep one stack instead of one per member that might start with them (the
-        runtime's parallel stacks, and the GPU's uncertain-token walks, stay small). Beyond the
-        budget every member is one shared rule, chosen at its first byte, and the optional and
-        extra members are one shared rule that each state refers to once (so the grammar is
-        linear in the members, not their number times the states)."""
+        Every required member is one shared rule (its key and value), and the optional and
+        extra members are one shared rule that spells their keys as a trie, which each state
+        refers to once: the grammar is linear in the members, not their number times the
+        states, and the states' rules are the same shape in every object (``sep (member_a
+        members_2 | free_members members_3)``), so their DFAs come from the compiler's cache.
+        (Keys spelled inside every state's rule, as before 2026-12-07, kept a key's bytes on one
+        stack; measured on MaskBench, that cost TTFM more than the extra stacks cost a step:
+        ``profiling/RESULTS.md``, "Object members as shared rules".)"""
         fmt = self.fmt
         sep = fmt.item(depth)
         EXTRA = -1  # the move that writes an extra member; members move by their index
@@ -1093,16 +1091,12 @@ class GrammarEmitter:
             todo.extend(target for _, target in edges[state])
         live = reaching([state for state in edges if done(state[0]) and state[1] >= lo], edges,
                         {state: [target for _, target in out] for state, out in edges.items()})
-        key_chars = sum(len(m.name) + 2 for m in members)
-        inline = (len(live) + 1) * key_chars <= MAX_INLINE_KEY_CHARS
-        # Inlined: every member in every state's rule (at most MAX_INLINE_KEY_CHARS / 2 moves).
-        # Else each member is a shared rule, and two or more free members are one shared rule
-        # that spells their keys: one alternative per free member in every state was
-        # quadratic, and a rule that only calls member rules would make every caller's closure
-        # enter all of them.
-        group_free = not inline and len(free) > 1
+        # Two or more free members are one shared rule that spells their keys: one alternative
+        # per free member in every state was quadratic, and a rule that only calls member
+        # rules would make every caller's closure enter all of them.
+        group_free = len(free) > 1
         spelled = [Sequence((m.key, self.share(m.rest, "member_value")))
-                   if inline or (group_free and not m.required)
+                   if group_free and not m.required
                    else self.share(Sequence((m.key, m.rest)), "member") for m in members]
         any_free: Maybe = None
 
