@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gxg.grammar import GrammarError
+from gxg.grammar.ir import Literal, iter_subexprs
 from gxg.grammar.json_schema import json_schema_to_grammar
 from gxg.testing import Recognizer
 
@@ -300,7 +301,6 @@ def test_any_order_state_rules_spell_no_key(names):
     """Keys live in the member rules (one per required member, one trie for the optional and
     extra ones): the rules of the states only separate and refer, so they have the same shape
     in every object and the compiler's rule DFA cache serves them."""
-    from gxg.grammar.ir import Literal, iter_subexprs
     schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
               "required": names[:-1]}
     grammar = json_schema_to_grammar(schema, strict_mode=False, any_order=True)
