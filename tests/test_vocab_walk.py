@@ -197,6 +197,37 @@ def test_every_transition_the_walk_fills_is_the_step_by_that_byte(name, make_gra
                 (node, state, byte)
 
 
+@pytest.mark.parametrize("context_expansion", [True, False])
+@pytest.mark.parametrize("name,make_grammar", GRAMMARS + [LOOKAHEAD],
+                         ids=[g[0] for g in GRAMMARS + [LOOKAHEAD]])
+def test_a_step_of_grouped_classes_is_the_step_by_each_byte(name, make_grammar,
+                                                           context_expansion):
+    """``StackWalker.step_classes`` (classes that move a configuration's elements alike share
+    one closure) gives, for every class, the step by each byte of that class; None (step each
+    class) only where an element carries a lookahead. Without context expansion the escapes
+    are ANYTHING elements, which every byte keeps."""
+    automaton = build_automaton(prepare(make_grammar()))
+    walker = StackWalker(automaton, escape_bottom=True, context_expansion=context_expansion)
+    classes = range(int(automaton.byte_class.max()) + 1)
+    members = [np.flatnonzero(automaton.byte_class == c).tolist() for c in classes]
+    configs = {walker.initial((node,)) for node in np.flatnonzero(automaton.is_scannable)}
+    for config in list(configs):  # and one byte on: configurations inside rules
+        configs.update(walker.step(config, byte) for byte in range(256))
+    grouped_somewhere = False
+    for config in configs:
+        groups = walker.step_classes(config, classes)
+        if groups is None:
+            assert any(lookahead is not None for _, _, lookahead in config)
+            continue
+        assert sorted(c for group, _ in groups for c in group) == list(classes)
+        grouped_somewhere |= any(len(group) > 1 for group, _ in groups)
+        for group, stepped in groups:
+            for cls in group:
+                for byte in members[cls]:
+                    assert stepped == walker.step(config, byte), (config, byte)
+    assert grouped_somewhere
+
+
 # two loops live at once, in two rules (recursive: not inlined): a byte that one of them
 # leaves is no loop
 TWO_LOOPS = ("two_loops", lambda: gxg.Grammar.from_ebnf(

@@ -295,6 +295,35 @@ class StackWalker:
             advanced.append((stack[:-1] + (target,), escaped, lookahead))
         return self.close(advanced)
 
+    def step_classes(self, config: Config, classes: Iterable[int]
+                     ) -> Optional[List[Tuple[List[int], Config]]]:
+        """``step`` for a byte of each of ``classes`` (byte classes), as (classes, the
+        configuration they lead to) groups: classes that move every element to the same
+        nodes lead to the same configuration, so each group costs one closure, not one per
+        class (inside a key trie most classes leave the trie the same way). None for a
+        configuration with a lookahead (its step reads the byte itself): step each class."""
+        fixed: List[Element] = []  # ANYTHING: the same whatever the byte
+        moving = []                # (below the top, the top's row of next_node, escaped)
+        for stack, escaped, lookahead in config:
+            if not stack:
+                continue
+            if lookahead is not None:
+                return None
+            if stack is ANYTHING:
+                fixed.append((stack, escaped, lookahead))
+            else:
+                moving.append((stack[:-1], self._next[stack[-1]], escaped))
+        groups: Dict[tuple, List[int]] = {}
+        for cls in classes:
+            groups.setdefault(tuple([row[cls] for _, row, _ in moving]), []).append(cls)
+        out = []
+        for targets, group in groups.items():
+            advanced = fixed + [(below + (target,), escaped, None)
+                                for (below, _, escaped), target in zip(moving, targets)
+                                if target >= 0]
+            out.append((group, self.close(advanced)))
+        return out
+
     def walk(self, config: Config, data: bytes) -> Config:
         for byte in data:
             if not config:

@@ -4,7 +4,8 @@ In:  a ``StackWalker`` (the PDA's moves) and the sorted vocabulary of a ``Tokeni
      (``token_bytes`` / ``token_offsets`` / ``common_prefix_len``, in sorted order).
 Out: * ``VocabularyWalk``: configurations interned as small integers, with their byte
        transitions memoised in a dense table ``transition[state, byte]`` filled lazily (only a
-       (state, byte) pair never seen before runs the Python closure); ``walk_pairs`` walks a
+       state's byte classes never seen before run the Python closure, one closure for the
+       classes that move its elements alike); ``walk_pairs`` walks a
        list of (state, token) pairs level by level (byte position d), one numpy gather per
        level, dropping a pair at the first byte that kills it.
      * ``TokenTrie`` + ``walk_trie``: the same walk over the distinct token prefixes, so a
@@ -150,18 +151,29 @@ class VocabularyWalk:
         """``transition`` at ``state * 256 + byte`` keys (any shape)."""
         result = self._transition[keys]
         if len(result) and result.min() == UNKNOWN:
-            missing = result == UNKNOWN
             # A step depends on the byte only through its class: compute one byte per
-            # (state, class) and fill the whole class.
-            members = self._class_members
-            for key in sorted(set(keys[missing].tolist())):
-                if self._transition[key] != UNKNOWN:
-                    continue  # filled with an earlier byte of the same class
-                state, byte = divmod(key, 256)
-                target = self.intern(self.walker.step(self.configs[state], byte))
-                self._transition[state * 256 + members[self._byte_class[byte]]] = target
+            # (state, class) and fill the whole class; the classes of one state that move
+            # its elements alike share one closure (``StackWalker.step_classes``).
+            classes_of: Dict[int, Dict[int, int]] = {}  # state -> {class: a byte of it}
+            byte_class = self._byte_class
+            for key in set(keys[result == UNKNOWN].tolist()):
+                classes_of.setdefault(key >> 8, {}).setdefault(byte_class[key & 255], key & 255)
+            for state, classes in classes_of.items():
+                self._fill(state, classes)
             result = self._transition[keys]
         return result
+
+    def _fill(self, state: int, classes: Dict[int, int]) -> None:
+        """The transitions of ``state`` on every byte of ``classes`` ({class: a byte of
+        it})."""
+        members, config, base = self._class_members, self.configs[state], state * 256
+        groups = self.walker.step_classes(config, classes) if len(classes) > 1 else None
+        if groups is None:
+            groups = [([cls], self.walker.step(config, byte)) for cls, byte in classes.items()]
+        for group, target_config in groups:
+            target = self.intern(target_config)
+            for cls in group:
+                self._transition[base + members[cls]] = target
 
     # ------------------------------------------------------------------ loops
     def note_loops(self, states: np.ndarray) -> None:
