@@ -47,7 +47,9 @@ slots, ``N`` node capacity, ``V`` vocab_size, ``W = ceil(V/32)``):
                                        every token from it)
     node_unc_lo/hi     int32  [N]      range of the node's uncertain tokens
     node_distance      int32  [N]      fewest bytes to complete the node's rule (token budgets;
-                                       ``gxg.compiler.completion``)
+                                       ``gxg.compiler.completion``); with grammar_max_rise,
+                                       written at ``register`` or, for a registration without
+                                       them, by ``write_distances`` before a budget reads them
     node_rule          int32  [N]      local rule id (rules number their nodes contiguously,
                                        start node first: the CPU kernels' walkers read it)
     node_token_next    int32  [N]      a token node's move target (local), -1 for other nodes;
@@ -92,6 +94,7 @@ import numpy as np
 import torch
 
 from gxg import blobs, layout
+from gxg.compiler.completion import NO_RISE_BOUND
 from gxg.compiler.mask_cache import ContextPairs, KernelMaskLayout, kernel_layout
 from gxg.grammar_compiler import CompiledGrammar
 from gxg.layout import NodeFlag
@@ -280,6 +283,7 @@ class _Registration:
     nbytes: int
     unbuilt: int = 0                     # scannable nodes without their entry (lazy)
     written: Optional[torch.cuda.Event] = None  # its last writes are done after this event
+    distances: bool = True               # its completion distances are written
 
 
 def canonical_device(device) -> torch.device:
@@ -399,11 +403,16 @@ class DeviceArena:
 
     # ------------------------------------------------------------------ registration
     def register(self, compiled: CompiledGrammar, *, lazy: bool = False,
-                 may_move: bool = True) -> int:
+                 may_move: bool = True, distances: bool = True) -> int:
         """Copy a compiled grammar in (once: registering it again returns the same id).
         ``lazy=True`` copies only the mask entries the grammar's cache already holds (no
         vocabulary walk): the fills walk every token from the other nodes, exact but slower,
         until ``complete_entries`` copies the rest in (``unbuilt_nodes`` counts them).
+        ``distances=False`` leaves out the completion distances of token budgets (~1 ms of
+        Python at the median MaskBench schema, most of a lazy registration's host time):
+        ``write_distances`` must copy them in before a fill with a budget reads them (a budget
+        on a grammar without them would narrow its masks wrongly). ``GrammarBatch`` does so
+        when it is given its first budget.
         ``may_move``: when no free range is large enough but enough is free, compact the
         arena first (``_compact``: the other grammars move, on the current stream); pass False
         on a stream other than the one that runs the steps."""
@@ -418,7 +427,8 @@ class DeviceArena:
         # a registration on another thread does not hold up this one
         entries = mask_entries(compiled, lazy)
         sizes = entry_counts(compiled, entries)
-        compiled.completion  # (the token budgets' distances, likewise)
+        if distances:
+            compiled.completion  # (the token budgets' distances, likewise)
         with self._lock:
             known = self._known(compiled)
             if known is not None:
@@ -430,10 +440,15 @@ class DeviceArena:
             gid = self._free_ids.pop(0)
             writes = _Writes(self)
             self._write(gid, compiled, ranges, writes)
+            if distances:
+                self._write_distances(gid, compiled, ranges["nodes"][0], writes)
+            else:  # (each position once per flush: index_copy_ leaves duplicates undefined)
+                writes.put(self.grammar_max_rise, gid, [NO_RISE_BOUND])
             self._write_entries(ranges["nodes"][0], entries, ranges, writes)
             writes.flush()
             self._registered[gid] = _Registration(compiled, ranges, self._nbytes(ranges),
-                                                  int(entries.unbuilt.sum()), self._event())
+                                                  int(entries.unbuilt.sum()), self._event(),
+                                                  distances)
             self._by_compiled[id(compiled)] = gid
         return gid
 
@@ -575,6 +590,32 @@ class DeviceArena:
             registration.written = self._event()
         return True
 
+    def write_distances(self) -> int:
+        """Copy in the completion distances of every registered grammar that lacks them
+        (``register(distances=False)``), computing those not computed yet. Writes on the
+        current stream: between steps, from the thread that runs them. Returns how many
+        grammars got theirs."""
+        with self._lock:
+            pending = [(gid, r) for gid, r in self._registered.items() if not r.distances]
+        for _, registration in pending:  # the Python part, outside the lock
+            registration.compiled.completion
+        written = 0
+        with self._lock:
+            for gid, registration in pending:
+                if self._registered.get(gid) is not registration or registration.distances:
+                    continue  # unregistered, or written by another thread meanwhile
+                writes = _Writes(self)
+                self._write_distances(gid, registration.compiled,
+                                      registration.ranges["nodes"][0], writes)
+                # A new generation: the CPU kernels' tables of this id copied the rows before
+                self._generation[gid] += 1
+                writes.put(self.grammar_generation, gid, [self._generation[gid]])
+                writes.flush()
+                registration.distances = True
+                registration.written = self._event()
+                written += 1
+        return written
+
     def _retire(self, ranges: Dict[str, Tuple[int, int]]) -> None:
         """Give ``ranges`` back once the current stream has passed this point (the steps
         queued before may still read them)."""
@@ -590,15 +631,13 @@ class DeviceArena:
         # A new generation: the CPU kernels' cached tables of this id (an earlier grammar's)
         # are stale from now on.
         self._generation[gid] += 1
-        completion = compiled.completion
         token_steps = ((layout.KERNEL_CONSTANTS["TOKEN_MOVES"] if len(a.token_nodes) else 0)
                        | (layout.KERNEL_CONSTANTS["COUNT_TOKENS"]
                           if (a.token_count_next >= 0).any() else 0))
         for name, value in (("grammar_node_base", node_base), ("grammar_nodes", n),
                             ("grammar_generation", self._generation[gid]),
                             ("grammar_root", int(a.rule_start[a.root_rule])),
-                            ("grammar_classes", c), ("grammar_token_steps", token_steps),
-                            ("grammar_max_rise", completion.max_rise)):
+                            ("grammar_classes", c), ("grammar_token_steps", token_steps)):
             put(getattr(self, name), gid, [value])
         put(self.grammar_byte_class, gid * 256, a.byte_class)
         put(self.node_next, node_base, next_base + c * np.arange(n))
@@ -613,7 +652,12 @@ class DeviceArena:
         put(self.node_ref_hi, node_base, ref_base + a.ref_offsets[1:])
         put(self.ref_start, ref_base, a.rule_start[a.ref_rule])
         put(self.ref_return, ref_base, a.ref_return)
-        put(self.node_distance, node_base, completion.node_distance)
+
+    def _write_distances(self, gid: int, compiled: CompiledGrammar, node_base: int,
+                         writes: "_Writes") -> None:
+        completion = compiled.completion
+        writes.put(self.grammar_max_rise, gid, [completion.max_rise])
+        writes.put(self.node_distance, node_base, completion.node_distance)
 
     def _write_entries(self, node_base: int, entries: MaskEntries, ranges,
                        writes: "_Writes") -> None:

@@ -161,7 +161,8 @@ class GrammarBatch:
         writes from the host)."""
         self._check_slot(slot)
         self.commit_masks()
-        gid = self.arena.register(compiled, lazy=self.lazy_masks)
+        # The completion distances only once a slot has a budget (set_token_budget)
+        gid = self.arena.register(compiled, lazy=self.lazy_masks, distances=self._budgeted or max_tokens is not None)
         if self.arena.unbuilt_nodes(gid) and gid not in self._building:
             # started by the second commit_masks from now (an eager fill's comes after its
             # launches), so that the builder's Python holds up neither this bind nor the
@@ -279,6 +280,9 @@ class GrammarBatch:
         else:
             value = max_tokens
             self._budgeted = True
+            # the budget's fills read the distances of every grammar a slot may hold (from
+            # now on ``bind`` registers them with theirs)
+            self.arena.write_distances()
         self.token_budget[slot] = value
         self._budget_at_start[slot] = value
         self._over_budget[slot] = 0

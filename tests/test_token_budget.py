@@ -274,6 +274,53 @@ def test_cpu_batch_budgets_match_matchers(zoo_compiled):
         assert batch.token_budget.tolist() == [-1 if b is None else b for b in left] + [-1]
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, cuda])])
+def test_a_budget_given_after_steps_without_one_narrows_exactly(zoo_compiled, device):
+    """A batch without budgets registers its grammars without their completion distances
+    (``register(distances=False)``: a bind computes none); the first budget writes them, for
+    every grammar, before a fill reads them, and the CPU ops' tables read before (in the
+    steps without a budget) are rebuilt: the masks then equal the matchers' with the budget."""
+    info, compiled = zoo_compiled
+    names = ZOO_NAMES
+    fresh = GrammarCompiler(info).compile_grammar(zoo_grammar(GRAMMAR_ZOO[0][1]))
+    batch = GrammarBatch(info, device=device, max_batch=len(names) + 1)
+    for slot, name in enumerate(names):
+        batch.bind(slot, compiled[name])
+    batch.bind(len(names), fresh)
+    assert fresh._completion is None  # no budget yet: no distances computed
+    matchers = [GrammarMatcher(compiled[name]) for name in names]
+    rng = random.Random(0)
+    words = (info.vocab_size + 31) // 32
+    bitmask = torch.zeros((batch.max_batch, words), dtype=torch.int32, device=device)
+    budgets = None
+    for step in range(8):
+        if step == 2:  # two steps without a budget first (the CPU ops' tables are built)
+            budgets = [rng.randrange(2, 7) for _ in names]
+            for slot, budget in enumerate(budgets):
+                batch.set_token_budget(slot, budget)
+            assert fresh._completion is not None
+        batch.fill_next_token_bitmask(bitmask)
+        got = bitmask.cpu().numpy()
+        tokens = []
+        for slot, matcher in enumerate(matchers):
+            expected = np.zeros(info.vocab_size, dtype=bool)
+            if not matcher.is_terminated():
+                expected[allowed_ids(matcher, info, budgets and budgets[slot])] = True
+            else:
+                expected[matcher.stop_token_ids] = True
+            row = mask_to_bool(got[slot], info.vocab_size)
+            np.testing.assert_array_equal(row, expected,
+                                          err_msg=f"step {step} slot {slot} ({names[slot]})")
+            choices = [t for t in np.flatnonzero(row) if t not in info.stop_token_ids]
+            tokens.append(int(rng.choice(choices)) if choices else info.stop_token_ids[0])
+        accepted = batch.accept(torch.tensor(tokens + [0], dtype=torch.int64, device=device))
+        for slot, matcher in enumerate(matchers):
+            if not matcher.is_terminated():
+                assert bool(accepted[slot]) == matcher.accept_token(tokens[slot])
+            if budgets and accepted[slot] and budgets[slot]:
+                budgets[slot] -= 1
+
+
 def test_batch_budget_rollback_and_reset(zoo_compiled):
     info, compiled = zoo_compiled
     batch = GrammarBatch(info, device="cpu", max_batch=2)
