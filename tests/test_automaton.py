@@ -1093,3 +1093,120 @@ def test_the_collector_is_paused_and_restored_after():
         assert not gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def canonical_dfa(dfa) -> tuple:
+    """A rule DFA's language as a canonical form: its states breadth-first from the start over
+    the bytes in order, each as (final, the target's number per byte). Two minimal DFAs have
+    one form iff they accept one language (with references, none here)."""
+    letter_of = np.searchsorted(np.asarray(dfa.cuts), np.arange(256), side="right") - 1
+    number, order, rows = {0: 0}, [0], []
+    for state in order:  # grows while iterating
+        row = []
+        for byte in range(256):
+            target = dfa.moves[state].get(int(letter_of[byte]), -1)
+            if target >= 0 and target not in number:
+                number[target] = len(order)
+                order.append(target)
+            row.append(number.get(target, -1))
+        rows.append((dfa.final[state], tuple(row)))
+    return tuple(rows)
+
+
+def json_char_unit():
+    from gxg.grammar.json_schema_emission import _ALL, _unit
+    return _unit(_ALL)
+
+
+# (unit, (lo, hi), closing): a JSON string's character (escapes and surrogate pairs one unit),
+# a class, a prefix-free choice of multi-byte strings, a nested repetition
+BOUNDED_RUNS = [(json_char_unit, (0, 8), b'"'), (json_char_unit, (3, 12), b'"'),
+                (json_char_unit, (12, 12), b'"'), (json_char_unit, (0, 40), b'",'),
+                (lambda: CharClass(((0x61, 0x7A),)), (2, 9), b"0"),
+                (lambda: Choice((Literal(b"ab"), Literal(b"c"), Literal(b"de"))), (1, 10), b"!"),
+                (lambda: Sequence((Literal(b"x"), Repeat(CharClass(((0x30, 0x39),)), 1, 2),
+                                   Literal(b";"))), (0, 9), b"."),
+                (lambda: CharClass(((0x80, 0x10FFFF),)), (0, 8), b"z")]
+
+
+@pytest.mark.parametrize("make_unit,bounds,closing", BOUNDED_RUNS)
+def test_bounded_runs_are_built_as_the_usual_build(make_unit, bounds, closing):
+    """``open unit{lo,hi} close`` built as a chain of the unit's DFA (``_bounded_run_dfa``)
+    accepts what the usual build (unrolled, determinised, minimised) accepts, with as many
+    states: it is that rule's minimal DFA, numbered breadth-first."""
+    from gxg.compiler.automaton import (_bounded_run_dfa, _breadth_first, _determinise,
+                                        _minimise, _NfaBuilder)
+    body = Sequence((Literal(b'"'), Repeat(make_unit(), *bounds), Literal(closing)))
+    builder = _NfaBuilder("r", {}, 500_000, {})
+    chain = _bounded_run_dfa(body, builder, 10**6)
+    assert chain is not None
+    usual = _minimise(_determinise(builder.build(body), "r", 10**6, 500_000))
+    assert chain.num_states == usual.num_states
+    assert canonical_dfa(chain) == canonical_dfa(usual)
+    assert _breadth_first(chain.moves, 0) == list(range(chain.num_states))
+
+
+@pytest.mark.parametrize("body", [
+    # a unit that is a prefix of another unit: after "a" the chain could not tell them apart
+    Sequence((Literal(b'"'), Repeat(Choice((Literal(b"a"), Literal(b"ab"))), 0, 9),
+              Literal(b'"'))),
+    # the closing byte could also start a unit
+    Sequence((Literal(b'"'), Repeat(CharClass(((0x61, 0x7A),)), 0, 9), Literal(b"q"))),
+    # a unit that loops back to its start
+    Sequence((Literal(b'"'), Repeat(Repeat(Literal(b"ab"), 1, None), 0, 9), Literal(b'"'))),
+    # a unit with a rule reference; fewer copies than the chain is for; no closing literal
+    Sequence((Literal(b'"'), Repeat(RuleRef("x"), 0, 9), Literal(b'"'))),
+    Sequence((Literal(b'"'), Repeat(CharClass(((0x61, 0x7A),)), 0, 7), Literal(b'"'))),
+    Sequence((Literal(b'"'), Repeat(CharClass(((0x61, 0x7A),)), 0, 9), RuleRef("x"))),
+])
+def test_bounded_runs_of_other_shapes_take_the_usual_build(body):
+    from gxg.compiler.automaton import _bounded_run_dfa, _NfaBuilder
+    assert _bounded_run_dfa(body, _NfaBuilder("r", {"x": 1}, 500_000, {}), 10**6) is None
+
+
+def test_a_json_string_of_bounded_length_is_built_as_a_chain():
+    """``maxLength`` strings take the chain (the rule DFA cache then holds it), and the
+    automaton is the one the usual build gives (same tables)."""
+    from gxg.compiler import automaton
+    from gxg.compiler.passes import prepare
+    grammar = prepare(Grammar.from_json_schema({"type": "string", "maxLength": 300}))
+    automaton.clear_rule_dfa_cache()
+    original = automaton._bounded_run_dfa
+    chains = []
+    try:
+        automaton._bounded_run_dfa = lambda *args, **kwargs: chains.append(
+            original(*args, **kwargs)) or chains[-1]
+        chained = build_automaton(grammar)
+    finally:
+        automaton._bounded_run_dfa = original
+    built = [chain for chain in chains if chain is not None]
+    assert len(built) == 1 and built[0].num_states > 300 * 10  # the string rule
+    automaton.clear_rule_dfa_cache()
+    try:
+        automaton._bounded_run_dfa = lambda *args, **kwargs: None
+        usual = build_automaton(grammar)
+    finally:
+        automaton._bounded_run_dfa = original
+    automaton.clear_rule_dfa_cache()
+    assert chained.num_nodes == usual.num_nodes > 300 * 10
+    assert canonical_automaton(chained) == canonical_automaton(usual)
+
+
+def canonical_automaton(a: Automaton) -> list:
+    """Per rule, its nodes breadth-first from its start over the bytes in order and then its
+    references, each as (final, the target's number per byte, (callee, return's number) per
+    reference): equal for two automata that differ only in how each rule numbers its nodes."""
+    forms = []
+    for rule in range(a.num_rules):
+        number, order, rows = {int(a.rule_start[rule]): 0}, [int(a.rule_start[rule])], []
+        for node in order:  # grows while iterating
+            targets = a.next_node[node][a.byte_class].tolist()
+            refs = sorted(a.refs(node))
+            for target in targets + [ret for _, ret in refs]:
+                if target >= 0 and target not in number:
+                    number[target] = len(order)
+                    order.append(target)
+            rows.append((bool(a.is_final[node]), tuple(number.get(t, -1) for t in targets),
+                         tuple((callee, number[ret]) for callee, ret in refs)))
+        forms.append(rows)
+    return forms

@@ -1640,6 +1640,14 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
             letter = {_ref_letter(k): _ref_letter(rule_ids[ref]) for k, ref in enumerate(key[1])}
             return hit.dfa, hit.subsets, True, letter
     builder = _NfaBuilder(name, rule_ids, max_nodes, fragments, token_rule_ids)
+    chain = _bounded_run_dfa(body, builder, budget) if key is not None and not key[1] else None
+    if chain is not None:  # minimal as built (see there): no subset construction
+        chain.flat = _flat_moves(chain)
+        with _rule_dfas_lock:
+            _rule_dfas[key[0]] = _CachedRuleDfa(chain, builder.size_of(body), chain.num_states)
+            while len(_rule_dfas) > RULE_DFA_CACHE_SIZE:
+                _rule_dfas.popitem(last=False)
+        return chain, chain.num_states, True, {}
     nfa = builder.build(body)
     dfa = _determinise(nfa, name, budget, max_nodes)
     if key is None:
@@ -1653,6 +1661,98 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
             _rule_dfas.popitem(last=False)
     # this compile reads the stored DFA as a hit would (one flattening of its moves, not two)
     return stored, dfa.num_states, True, {letter: grammar for grammar, letter in number.items()}
+
+
+BOUNDED_RUN_MIN = 8  # a bounded repetition from this many copies on is built as a chain
+
+
+def _bounded_run_dfa(body: Expr, builder: "_NfaBuilder", budget: int,
+                     min_copies: int = BOUNDED_RUN_MIN) -> Optional[_RuleDfa]:
+    """The minimal DFA of ``open unit{lo,hi} close`` (two literals around a bounded repetition of
+    a unit without references: a string of at most ``maxLength`` characters), built as a chain
+    of ``hi`` copies of the unit's own minimal DFA, without the subset construction and the
+    minimisation of ``hi`` unrolled copies (~26 ms a rule of 2,000-3,000 states on the VM).
+    None when the body has another shape, ``hi`` is below ``min_copies``, or the chain would not
+    be the minimal DFA as built; the caller then builds it the usual way (which also reports a
+    repetition too large).
+
+    The chain is deterministic and minimal when (checked here): the unit's minimal DFA has
+    one final state, with no move out of it (no unit string is a prefix of another), no move
+    into its start, and its start does not read the first byte of ``close``. Then after k
+    whole units the state is "boundary k" (the unit's start, plus ``close`` from k = lo on),
+    inside the (k+1)-th unit it is (k, the unit's state); states with different k accept
+    different numbers of units, and within one k the unit's states are distinct.
+    tests/test_automaton.py checks the chain against the usual build, byte by byte."""
+    if not (isinstance(body, Sequence) and len(body.items) == 3):
+        return None
+    opening, run, closing = body.items
+    if not (isinstance(opening, Literal) and isinstance(closing, Literal) and opening.data
+            and closing.data and isinstance(run, Repeat) and run.max is not None
+            and run.max >= min_copies):
+        return None
+    lo, hi = run.min, run.max
+    if builder.size_of(body) > builder.max_nodes:
+        return None  # the usual build reports it
+    unit_nfa = builder.build(run.expr)
+    if any(unit_nfa.ref_edges):
+        return None
+    unit = _minimise(_determinise(unit_nfa, builder.rule_name, budget, builder.max_nodes))
+    finals = [state for state, is_final in enumerate(unit.final) if is_final]
+    if len(finals) != 1 or finals[0] == 0 or unit.moves[finals[0]] or \
+            any(0 in move.values() for move in unit.moves):
+        return None
+    end = finals[0]
+    literal_bytes = set(opening.data) | set(closing.data)
+    cuts = sorted(set(unit.cuts) | literal_bytes | {b + 1 for b in literal_bytes} - {256})
+    interval_of = {cut: index for index, cut in enumerate(cuts)}
+    bounds = unit.cuts + [256]
+    pieces = [range(interval_of[bounds[k]], interval_of[bounds[k + 1]] if bounds[k + 1] < 256
+                    else len(cuts)) for k in range(len(unit.cuts))]
+    unit_moves = [[(piece, target) for letter, target in move.items() for piece in pieces[letter]]
+                  for move in unit.moves]
+    close_first = interval_of[closing.data[0]]
+    if any(piece == close_first for piece, _ in unit_moves[0]):
+        return None
+    inner = [state for state in range(unit.num_states) if state not in (0, end)]
+    per_copy = len(inner)
+    total = len(opening.data) + (hi + 1) + hi * per_copy + len(closing.data)
+    if total > budget:
+        raise _too_many_nodes(builder.rule_name, budget, builder.max_nodes)
+    # numbering: the opening's states, then per k the boundary k and the k-th copy's inner
+    # states, the boundary hi, then the closing's states (its last one final)
+    boundary0 = len(opening.data)
+    slot = {state: index for index, state in enumerate(inner)}
+
+    def boundary(k: int) -> int:
+        return boundary0 + k * (per_copy + 1)
+
+    closing_start = boundary(hi) + 1
+    moves: List[Dict[int, int]] = [{interval_of[byte]: index + 1}
+                                   for index, byte in enumerate(opening.data)]
+    for k in range(hi + 1):
+        compile_budget.check("the automaton", builder.rule_name)
+        at = boundary(k)
+        base = at + 1
+        move: Dict[int, int] = {}
+        if k < hi:
+            for piece, target in unit_moves[0]:
+                move[piece] = boundary(k + 1) if target == end else base + slot[target]
+        if k >= lo:
+            move[close_first] = closing_start
+        moves.append(move)
+        if k < hi:
+            for state in inner:
+                moves.append({piece: boundary(k + 1) if target == end else base + slot[target]
+                              for piece, target in unit_moves[state]})
+    for index, byte in enumerate(closing.data[1:]):
+        moves.append({interval_of[byte]: closing_start + index + 1})
+    moves.append({})
+    # numbered breadth-first, as every rule's nodes are (module docstring)
+    order = _breadth_first(moves, 0)
+    number = {state: index for index, state in enumerate(order)}
+    return _RuleDfa(cuts, [{letter: number[target] for letter, target in moves[state].items()}
+                           for state in order],
+                    [state == len(moves) - 1 for state in order])
 
 
 def _counter_chains(budgeted: List[Tuple[int, int, int]], counters_base: int, starts: List[int],
