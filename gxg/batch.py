@@ -161,8 +161,9 @@ class GrammarBatch:
         writes from the host)."""
         self._check_slot(slot)
         self.commit_masks()
-        # The completion distances only once a slot has a budget (set_token_budget)
-        gid = self.arena.register(compiled, lazy=self.lazy_masks, distances=self._budgeted or max_tokens is not None)
+        # the completion distances only once some slot has a budget (set_token_budget)
+        gid = self.arena.register(compiled, lazy=self.lazy_masks,
+                                  distances=self._budgeted or max_tokens is not None)
         if self.arena.unbuilt_nodes(gid) and gid not in self._building:
             # started by the second commit_masks from now (an eager fill's comes after its
             # launches), so that the builder's Python holds up neither this bind nor the
