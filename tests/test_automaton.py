@@ -266,6 +266,7 @@ def check_invariants(a: Automaton) -> None:
         "node_rule": (np.int32, (N,)), "rule_start": (np.int32, (R,)),
         "rule_nullable": (np.bool_, (R,)), "rule_first": (np.bool_, (R, 256)),
         "rule_lookahead": (np.int32, (R,)),
+        "run_twin": (np.int32, (N,)), "run_room": (np.int32, (N,)),
     }
     for field, (dtype, shape) in expected_dtypes.items():
         array = getattr(a, field)

@@ -276,3 +276,39 @@ def test_the_compiler_cache_limit_sees_lazy_caches_grow():
     compiler.compile_grammar('root ::= "a"')         # a hit: the limit is checked again
     assert compiler.compile_grammar('root ::= "[" [0-9]* "]"') is not grown
 
+
+
+# strings of bounded length: their runs (``Automaton.run_twin``) share entries; (lo, hi) per
+# vocabulary: room for its longest token (6 bytes here, 128 in Qwen's)
+RUN_BOUNDS = {"synthetic": [(0, 40), (3, 30)], "qwen": [(0, 300), (3, 200)]}
+
+
+@pytest.mark.parametrize("vocabulary,bounds",
+                         [(v, b) for v, bounds in RUN_BOUNDS.items() for b in bounds])
+def test_nodes_of_a_bounded_run_share_entries_equal_to_their_own_walks(vocabulary, bounds):
+    """A node inside a bounded run with room for the longest token gets its twin's entry
+    (one walk for all of them); it equals the node's own walk bit for bit, for every node of
+    the run (a sample of them with Qwen's vocabulary)."""
+    from gxg.grammar_compiler import token_trie
+    if vocabulary == "qwen":
+        info = info_or_skip("qwen")
+    else:  # short tokens: most of the run has room
+        info = make_info(synthetic_vocab(['"abc"', '"a\\"b\\u00e9"', '"x y z w"', '""',
+                                          "é", "中文", '\\n', '"\\u0041']))
+    lo, hi = bounds
+    schema = {"type": "object", "properties": {"a": {"type": "string", "minLength": lo,
+                                                     "maxLength": hi}}, "required": ["a"]}
+    compiled = GrammarCompiler(info).compile_json_schema(schema)
+    automaton, cache = compiled.automaton, compiled.mask_cache
+    longest = token_trie(info).max_depth
+    representative = mask_cache_module.run_representatives(automaton, longest)
+    assert representative is not None
+    sharing = np.flatnonzero(representative != np.arange(automaton.num_nodes))
+    assert len(sharing) > (hi - lo - longest) * 5  # every place of the unit, most counts
+    own = mask_cache_module.MaskCache(cache.num_sorted, cache.nodes, cache._classify)
+    nodes = sharing.tolist()
+    if vocabulary == "qwen":
+        nodes = random.Random(0).sample(nodes, 12)
+    for node in nodes:
+        assert cache.entry(node) is cache.entry(int(representative[node]))  # one walk
+        assert_same_entry(cache.entry(node), own.entry(node), f"node {node}")

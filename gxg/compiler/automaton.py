@@ -47,6 +47,9 @@ token_set_ids   int32  [..]
 token_set_negated bool [K]      the set is "every token but these" (``ExcludeToken``)
 token_count_next int32 [N]      counter nodes (below): the next counter, itself for the last;
                                 -1 for every other node
+run_twin        int32  [N]      a node inside a bounded run (below) after k >= lo units: the node
+                                at the same place in the run after lo units; -1 otherwise
+run_room        int32  [N]      such a node's units still allowed (hi - k); -1 otherwise
 node_rule       int32  [N]      rule of each node
 rule_start      int32  [R]      start node of each rule
 rule_nullable   bool   [R]      the rule derives the empty string
@@ -87,6 +90,15 @@ This needs the top of an occurrence right above its counter: the body must be ri
 (``gxg.grammar.rule_attributes`` writes it so): every reference reachable from ``R#counted``
 is a tail call, and none reaches a token set or a budgeted rule; the builder checks it and
 raises GrammarError otherwise.
+
+Bounded runs
+------------
+A rule ``open unit{lo,hi} close`` whose unit is prefix-free is built as a chain of the unit's
+own DFA (``_bounded_run_dfa``): node (k, p) is place p of the unit after k whole units. Two
+nodes (k, p) and (k', p) with lo <= k, k' accept the same bytes as long as fewer than
+min(hi - k, hi - k') units follow, so a token of b bytes (at most b units) is classified alike
+from both when both rooms are at least b: the mask cache computes one entry for all the nodes
+whose room is at least the vocabulary's longest token (``run_twin``, ``run_room``).
 
 Construction (``build_automaton``)
 ----------------------------------
@@ -238,11 +250,15 @@ class Automaton:
     token_set_negated: Optional[np.ndarray] = None
     # token budgets (module docstring); None (serialized before they existed): no counter
     token_count_next: Optional[np.ndarray] = None
+    # bounded runs (module docstring); None (serialized before they existed): no run
+    run_twin: Optional[np.ndarray] = None
+    run_room: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
-        if self.token_count_next is None:
-            object.__setattr__(self, "token_count_next",
-                               np.full(self.next_node.shape[0], -1, dtype=np.int32))
+        for name in ("token_count_next", "run_twin", "run_room"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.full(self.next_node.shape[0], -1,
+                                                       dtype=np.int32))
         if self.token_set is None:
             none = np.full(self.next_node.shape[0], -1, dtype=np.int32)
             object.__setattr__(self, "token_set", none)
@@ -735,6 +751,8 @@ class _RuleDfa:
     #: ``_flat_moves`` of a DFA whose moves no longer change (set on the rule DFA cache's
     #: entries, which every later compile of the same body reads)
     flat: Optional["_FlatMoves"] = field(default=None, compare=False)
+    #: a bounded run's (module docstring) per state: its twin state (-1: none) and its room
+    runs: Optional[Tuple[np.ndarray, np.ndarray]] = field(default=None, compare=False)
 
     @property
     def num_states(self) -> int:
@@ -1529,6 +1547,13 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     is_pure_return &= token_count_next < 0  # a counter is a frame of its own
     sizes = [dfa.num_states for dfa in dfas]
     node_rule = np.repeat(np.arange(len(dfas), dtype=np.int32), sizes)
+    run_twin = np.full(num_nodes, -1, dtype=np.int32)
+    run_room = np.full(num_nodes, -1, dtype=np.int32)
+    for start, dfa in zip(starts, dfas):
+        if dfa.runs is not None:
+            twin, room = dfa.runs
+            run_twin[start: start + dfa.num_states] = np.where(twin >= 0, twin + start, -1)
+            run_room[start: start + dfa.num_states] = room
 
     # 6: nullability, left-recursion check, FIRST sets
     nullable, reached = _epsilon_reach(starts, node_refs, final_list)
@@ -1558,6 +1583,8 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
         token_set_ids=np.array([i for ts in token_sets for i in ts.ids], dtype=np.int32),
         token_set_negated=np.array([ts.negated for ts in token_sets], dtype=bool),
         token_count_next=token_count_next,
+        run_twin=run_twin,
+        run_room=run_room,
     )
 
 
@@ -1749,10 +1776,22 @@ def _bounded_run_dfa(body: Expr, builder: "_NfaBuilder", budget: int,
     moves.append({})
     # numbered breadth-first, as every rule's nodes are (module docstring)
     order = _breadth_first(moves, 0)
-    number = {state: index for index, state in enumerate(order)}
-    return _RuleDfa(cuts, [{letter: number[target] for letter, target in moves[state].items()}
+    number = np.empty(len(moves), dtype=np.int64)
+    number[order] = np.arange(len(moves))
+    # the twins: (k, place) -> (lo, place) for k >= lo, and the rooms hi - k
+    count = np.full(len(moves), -1, dtype=np.int32)
+    place = np.full(len(moves), -1, dtype=np.int64)
+    chain = np.arange(boundary0, boundary(hi) + 1)
+    count[chain] = (chain - boundary0) // (per_copy + 1)
+    place[chain] = (chain - boundary0) % (per_copy + 1)
+    twin = np.full(len(moves), -1, dtype=np.int32)
+    counted = count >= lo
+    twin[number[counted]] = number[boundary(lo) + place[counted]]
+    room = np.full(len(moves), -1, dtype=np.int32)
+    room[number[count >= 0]] = hi - count[count >= 0]
+    return _RuleDfa(cuts, [{letter: int(number[target]) for letter, target in moves[state].items()}
                            for state in order],
-                    [state == len(moves) - 1 for state in order])
+                    [state == len(moves) - 1 for state in order], runs=(twin, room))
 
 
 def _counter_chains(budgeted: List[Tuple[int, int, int]], counters_base: int, starts: List[int],

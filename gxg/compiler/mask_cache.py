@@ -94,7 +94,8 @@ class MaskCache:
     def __init__(self, num_sorted: int, nodes: np.ndarray,
                  classify: Optional[Callable[[np.ndarray], List[NodeTokenMask]]] = None,
                  entries: Optional[Dict[int, NodeTokenMask]] = None,
-                 max_bytes: Optional[int] = None):
+                 max_bytes: Optional[int] = None,
+                 representative: Optional[np.ndarray] = None):
         self.num_sorted = num_sorted              # size of the sorted vocabulary
         self.nodes = nodes                        # int32 [M]: the scannable nodes, ascending
         self._scannable = frozenset(nodes.tolist())  # a set: asked for once per node
@@ -108,6 +109,8 @@ class MaskCache:
         self._lock = threading.Lock()
         self._failed: Dict[int, GrammarError] = {}  # nodes whose walk was refused
         self.background: Optional[threading.Thread] = None  # GrammarCompiler's precompute
+        # per node, the node whose entry it has (``run_representatives``); None: its own
+        self._representative = representative
         if classify is None and len(self._entries) < len(nodes):
             raise ValueError("a mask cache without a classifier needs every node's entry")
 
@@ -137,13 +140,26 @@ class MaskCache:
             if failed is not None:
                 raise failed
             todo = [n for n in nodes if n not in self._entries]
-            computed = self._classify_or_record(todo)
+            if self._representative is None:
+                computed = self._classify_or_record(todo)
+            else:  # a node whose representative is another walks as that one, once
+                of = {n: int(self._representative[n]) for n in todo}
+                walked = self._classify_or_record(sorted({r for r in of.values()
+                                                          if r not in self._entries}))
+                computed = {}
+                for node, chosen in of.items():
+                    entry = walked[chosen] if chosen in walked else self._entries[chosen]
+                    computed[node] = entry
+                    if node != chosen:
+                        self._store(node, entry, shared=True)
             return [computed[n] if n in computed else self._entries[n] for n in nodes]
 
-    def _store(self, node: int, entry: NodeTokenMask) -> None:
-        if self._max_bytes is None or self._stored_bytes + entry.nbytes <= self._max_bytes:
+    def _store(self, node: int, entry: NodeTokenMask, shared: bool = False) -> None:
+        """Keep ``node``'s entry (``shared``: another node's too, counted once)."""
+        size = 0 if shared else entry.nbytes
+        if self._max_bytes is None or self._stored_bytes + size <= self._max_bytes:
             self._entries[node] = entry
-            self._stored_bytes += entry.nbytes
+            self._stored_bytes += size
         if len(self._entries) == len(self.nodes):
             self._classify = None  # complete: the walk's memory can go
 
@@ -406,9 +422,11 @@ def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,
     is uncertain whatever those bytes are."""
     nodes = np.nonzero(automaton.is_scannable)[0].astype(np.int32)
     classify = NodeClassifier(automaton, trie, context_expansion, sorted_token_ids)
+    representative = run_representatives(automaton, trie.max_depth)
     if lazy:
-        return MaskCache(trie.num_tokens, nodes, classify, max_bytes=max_bytes)
-    cache = MaskCache(trie.num_tokens, nodes, classify)
+        return MaskCache(trie.num_tokens, nodes, classify, max_bytes=max_bytes,
+                         representative=representative)
+    cache = MaskCache(trie.num_tokens, nodes, classify, representative=representative)
     total = 0
     for chunk in range(0, len(nodes), NODES_PER_WALK):
         compile_budget.check("the token-mask cache")
@@ -420,6 +438,19 @@ def build_mask_cache(automaton: Automaton, trie: TokenTrie, *,
                                f"{min(chunk + NODES_PER_WALK, len(nodes))} of {len(nodes)} "
                                f"nodes)")
     return cache
+
+
+def run_representatives(automaton: Automaton, longest_token: int) -> Optional[np.ndarray]:
+    """Per node, the node whose entry it has: inside a bounded run, with room for at least
+    ``longest_token`` more units (bytes of the vocabulary's longest token), its twin
+    (``Automaton.run_twin``: the same place after ``lo`` units, which every token leaves in the
+    same class); every other node itself. None when the automaton has no such node."""
+    shared = (automaton.run_twin >= 0) & (automaton.run_room >= longest_token)
+    if not shared.any():
+        return None
+    representative = np.arange(automaton.num_nodes, dtype=np.int32)
+    representative[shared] = automaton.run_twin[shared]
+    return representative
 
 
 # ----------------------------------------------------------------------------- kernel layout
