@@ -16,7 +16,9 @@ Out: a ``MaskCache``: for every scannable node n, the tokens classified from n w
      rejected list or a bitset over the sorted vocabulary, whichever is smallest; the uncertain
      tokens are a list. Entries are computed all at once (``build_mask_cache``) or each the
      first time it is asked for (``lazy=True``: a ``NodeClassifier`` walks the vocabulary from
-     the nodes a fill reaches), and kept. What the fills read is derived from them: the CPU
+     the nodes a fill reaches), and kept. The nodes of a bounded run (a string of at most
+     ``maxLength`` characters) with room for the vocabulary's longest token have one entry,
+     walked once (``run_representatives``). What the fills read is derived from them: the CPU
      fill's per-node dense rows (``NodeMasks``, built as nodes are reached) and the kernels'
      layout of every node (``kernel_layout``: deduplicated dense accept rows in token-id bit
      space and an uncertain-token CSR), plus the second level (``build_context_pairs``).
