@@ -292,11 +292,15 @@ class GrammarBatch:
         return self.token_budget if self._budgeted else None
 
     def _op(self, name: str):
-        """``torch.ops.xg.<name>``, or on CUDA outside torch.compile its kernel function
-        directly (``gxg.ops.xg_ops.CUDA_KERNELS``: the same launches, without the
-        dispatcher's per-call Python layers — the fast eager path)."""
-        if self.device.type == "cuda" and not torch.compiler.is_compiling():
-            return xg_ops.CUDA_KERNELS[name]
+        """``torch.ops.xg.<name>``, or outside torch.compile its implementation for the
+        batch's device directly (``gxg.ops.xg_ops.CUDA_KERNELS`` / ``CPU_KERNELS``: the same
+        work, without the dispatcher's per-call Python layers — the fast eager path — and,
+        on the CPU, without the import of torch._dynamo that its first call makes)."""
+        if not torch.compiler.is_compiling():
+            if self.device.type == "cuda":
+                return xg_ops.CUDA_KERNELS[name]
+            if self.device.type == "cpu":
+                return xg_ops.CPU_KERNELS[name]
         return getattr(xg, name)
 
     def _replays(self) -> bool:

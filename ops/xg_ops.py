@@ -97,10 +97,23 @@ def _check_rows(name: str, tensor: torch.Tensor, runtime: torch.Tensor) -> None:
                          f"{runtime.device}, got shape {tuple(tensor.shape)} on {tensor.device}")
 
 
+#: The ops' CPU implementations, by op name, as plain functions: ``GrammarBatch`` calls them
+#: on the CPU outside torch.compile, as it calls ``CUDA_KERNELS`` on CUDA (the dispatcher's
+#: layers cost per call, and its first call imports torch._dynamo: ~1 s once per process).
+CPU_KERNELS: dict = {}
+
+
+def _cpu_kernel(function):
+    """Registers ``function`` (an op's CPU implementation) in ``CPU_KERNELS``, unchanged."""
+    CPU_KERNELS[function.__name__] = function
+    return function
+
+
 # ----------------------------------------------------------------------------- reset
 
 
 @torch.library.custom_op("xg::reset", mutates_args=("runtime",))
+@_cpu_kernel
 def reset(runtime: torch.Tensor, arena: torch.Tensor, slots: torch.Tensor) -> None:
     _check_rows("slots", slots, runtime)
     state, dims = _host_state(runtime)
@@ -137,6 +150,7 @@ def _(runtime, arena, slots):
 
 
 @torch.library.custom_op("xg::accept_token", mutates_args=("runtime",))
+@_cpu_kernel
 def accept_token(runtime: torch.Tensor, arena: torch.Tensor,
                  token_ids: torch.Tensor) -> torch.Tensor:
     _check_rows("token_ids", token_ids, runtime)
@@ -181,6 +195,7 @@ def _check_token_rows(token_ids: torch.Tensor, lengths: torch.Tensor,
 
 
 @torch.library.custom_op("xg::accept_tokens", mutates_args=("runtime",))
+@_cpu_kernel
 def accept_tokens(runtime: torch.Tensor, arena: torch.Tensor, token_ids: torch.Tensor,
                   lengths: torch.Tensor) -> torch.Tensor:
     """Row b: accept ``token_ids[b, :lengths[b]]`` in order (lengths clamped to [0, T]) up to
@@ -222,6 +237,7 @@ def _(runtime, arena, token_ids, lengths):
 
 
 @torch.library.custom_op("xg::slot_status", mutates_args=())
+@_cpu_kernel
 def slot_status(runtime: torch.Tensor) -> torch.Tensor:
     """int32 [B, 2]: per slot (terminated 0/1, error code) — the flags as a new tensor, which a
     torch.compile graph can read next to ops that mutate ``runtime`` (dtype views of the blob
@@ -261,6 +277,7 @@ def _check_copy_arguments(runtime, source, source_slots, fields) -> None:
 
 
 @torch.library.custom_op("xg::copy_slots", mutates_args=("runtime",))
+@_cpu_kernel
 def copy_slots(runtime: torch.Tensor, source: torch.Tensor, source_slots: torch.Tensor,
                fields: torch.Tensor) -> None:
     """Slot i of ``runtime`` takes the state of ``source``'s slot ``source_slots[i]`` (both
@@ -299,6 +316,7 @@ def _check_draft_arrays(next_token, next_sibling, tokens) -> None:
 
 
 @torch.library.custom_op("xg::draft_paths", mutates_args=())
+@_cpu_kernel
 def draft_paths(next_token: torch.Tensor, next_sibling: torch.Tensor, tokens: torch.Tensor
                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row of XGrammar's draft-tree arrays (int64 [B, N]): every node's tokens from the root
@@ -327,6 +345,7 @@ def _(next_token, next_sibling, tokens):
 
 
 @torch.library.custom_op("xg::rollback", mutates_args=("runtime",))
+@_cpu_kernel
 def rollback(runtime: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
     _check_rows("num_tokens", num_tokens, runtime)
     state, _ = _host_state(runtime)
@@ -360,6 +379,7 @@ def _(runtime, num_tokens):
 
 
 @torch.library.custom_op("xg::fill_next_token_bitmask", mutates_args=("runtime", "bitmask"))
+@_cpu_kernel
 def fill_next_token_bitmask(runtime: torch.Tensor, arena: torch.Tensor,
                             bitmask: torch.Tensor,
                             remaining: Optional[torch.Tensor] = None) -> None:
@@ -432,6 +452,7 @@ def _(runtime, arena, bitmask, remaining=None):
 
 
 @torch.library.custom_op("xg::apply_token_bitmask_inplace", mutates_args=("logits",))
+@_cpu_kernel
 def apply_token_bitmask_inplace(logits: torch.Tensor, bitmask: torch.Tensor,
                                 indices: Optional[torch.Tensor] = None) -> None:
     apply_token_bitmask_inplace_cpu(logits, bitmask, indices=indices)
@@ -450,10 +471,11 @@ def _(logits, bitmask, indices=None):
 
 
 @torch.library.custom_op("xg::fill_and_apply", mutates_args=("runtime", "logits", "bitmask"))
+@_cpu_kernel
 def fill_and_apply(runtime: torch.Tensor, arena: torch.Tensor,
                    logits: torch.Tensor, bitmask: torch.Tensor,
                    remaining: Optional[torch.Tensor] = None) -> None:
-    fill_next_token_bitmask(runtime, arena, bitmask, remaining)
+    CPU_KERNELS["fill_next_token_bitmask"](runtime, arena, bitmask, remaining)
     apply_token_bitmask_inplace_cpu(logits, bitmask)
 
 
@@ -476,6 +498,7 @@ def _(runtime, arena, logits, bitmask, remaining=None):
 
 
 @torch.library.custom_op("xg::fill_and_sample", mutates_args=("runtime", "bitmask", "offset"))
+@_cpu_kernel
 def fill_and_sample(runtime: torch.Tensor, arena: torch.Tensor,
                     logits: torch.Tensor, bitmask: torch.Tensor, temperature: torch.Tensor,
                     top_k: torch.Tensor, top_p: torch.Tensor, seed: torch.Tensor,
@@ -491,7 +514,7 @@ def fill_and_sample(runtime: torch.Tensor, arena: torch.Tensor,
     Semantics: ``ops.reference.sample_masked``; kernel: ``ops/sample_triton.py``."""
     reference.check_sample_arguments(logits, bitmask, temperature, top_k, top_p, seed, offset,
                                      vocab_size)
-    fill_next_token_bitmask(runtime, arena, bitmask, remaining)
+    CPU_KERNELS["fill_next_token_bitmask"](runtime, arena, bitmask, remaining)
     tokens = reference.sample_masked(logits, bitmask, temperature, top_k, top_p, seed, offset,
                                      vocab_size)
     offset += 1

@@ -373,3 +373,38 @@ def test_eager_graph_replays_match_direct_launches(setup):
     compare_states(*batches, where="end")
     assert any(isinstance(g, torch.cuda.CUDAGraph) for g in batches[0]._graphs.values())
     assert not batches[1]._graphs
+
+
+EAGER_CPU_BATCH = """
+import sys
+import torch
+import gxg
+from gxg.batch import GrammarBatch
+from gxg.grammar_compiler import GrammarCompiler
+from gxg.tokenizer import TokenizerInfo, VocabType
+vocab = [b"[", b"]", b"1", b",", b" ", b"</s>"]
+info = TokenizerInfo(vocab, VocabType.RAW, vocab_size=len(vocab), stop_token_ids=[5])
+compiled = GrammarCompiler(info).compile_grammar(
+    gxg.Grammar.from_ebnf('root ::= "[" ("1" ("," " "? "1")*)? "]"'))
+batch = GrammarBatch(info, device="cpu", max_batch=2)
+batch.bind(0, compiled, max_tokens=8)
+bitmask = torch.zeros((2, 1), dtype=torch.int32)
+for token in (0, 2, 3, 2, 1):
+    batch.fill_next_token_bitmask(bitmask)
+    assert bool(batch.accept(torch.tensor([token, 0]))[0])
+batch.rollback(torch.tensor([1, 0]))
+print("torch._dynamo" in sys.modules)
+"""
+
+
+def test_an_eager_cpu_batch_calls_its_kernels_without_the_dispatcher():
+    """Outside torch.compile a CPU batch calls the ops' CPU implementations directly
+    (``xg_ops.CPU_KERNELS``), as a CUDA batch calls its kernels: no dispatcher layers, and no
+    import of torch._dynamo (~1 s, which the dispatcher's first call makes) in a fresh process
+    that binds, fills, accepts and rolls back."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", EAGER_CPU_BATCH], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "False"
