@@ -1669,11 +1669,7 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
     builder = _NfaBuilder(name, rule_ids, max_nodes, fragments, token_rule_ids)
     chain = _bounded_run_dfa(body, builder, budget) if key is not None and not key[1] else None
     if chain is not None:  # minimal as built (see there): no subset construction
-        chain.flat = _flat_moves(chain)
-        with _rule_dfas_lock:
-            _rule_dfas[key[0]] = _CachedRuleDfa(chain, builder.size_of(body), chain.num_states)
-            while len(_rule_dfas) > RULE_DFA_CACHE_SIZE:
-                _rule_dfas.popitem(last=False)
+        _cache_rule_dfa(key[0], chain, builder.size_of(body), chain.num_states)
         return chain, chain.num_states, True, {}
     nfa = builder.build(body)
     dfa = _determinise(nfa, name, budget, max_nodes)
@@ -1681,13 +1677,19 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
         return dfa, dfa.num_states, False, None
     number = {_ref_letter(rule_ids[ref]): _ref_letter(k) for k, ref in enumerate(key[1])}
     stored = _minimise(dfa, number)
-    stored.flat = _flat_moves(stored)  # for _flatten, this compile's and every later hit's
-    with _rule_dfas_lock:
-        _rule_dfas[key[0]] = _CachedRuleDfa(stored, nfa.num_states - 2, dfa.num_states)
-        while len(_rule_dfas) > RULE_DFA_CACHE_SIZE:
-            _rule_dfas.popitem(last=False)
+    _cache_rule_dfa(key[0], stored, nfa.num_states - 2, dfa.num_states)
     # this compile reads the stored DFA as a hit would (one flattening of its moves, not two)
     return stored, dfa.num_states, True, {letter: grammar for grammar, letter in number.items()}
+
+
+def _cache_rule_dfa(key: tuple, dfa: _RuleDfa, nfa_states: int, subsets: int) -> None:
+    """Store a rule's minimal DFA under its body key, with its moves flattened once (for
+    ``_flatten``: this compile's and every later hit's); the least recently used go first."""
+    dfa.flat = _flat_moves(dfa)
+    with _rule_dfas_lock:
+        _rule_dfas[key] = _CachedRuleDfa(dfa, nfa_states, subsets)
+        while len(_rule_dfas) > RULE_DFA_CACHE_SIZE:
+            _rule_dfas.popitem(last=False)
 
 
 BOUNDED_RUN_MIN = 8  # a bounded repetition from this many copies on is built as a chain
@@ -1789,7 +1791,8 @@ def _bounded_run_dfa(body: Expr, builder: "_NfaBuilder", budget: int,
     twin[number[counted]] = number[boundary(lo) + place[counted]]
     room = np.full(len(moves), -1, dtype=np.int32)
     room[number[count >= 0]] = hi - count[count >= 0]
-    return _RuleDfa(cuts, [{letter: int(number[target]) for letter, target in moves[state].items()}
+    renumbered = number.tolist()  # (a list: the comprehension below reads it per move)
+    return _RuleDfa(cuts, [{letter: renumbered[target] for letter, target in moves[state].items()}
                            for state in order],
                     [state == len(moves) - 1 for state in order], runs=(twin, room))
 
