@@ -412,7 +412,8 @@ class DeviceArena:
         Python at the median MaskBench schema, most of a lazy registration's host time):
         ``write_distances`` must copy them in before a fill with a budget reads them (a budget
         on a grammar without them would narrow its masks wrongly). ``GrammarBatch`` does so
-        when it is given its first budget.
+        when it is given its first budget; registering the grammar again with them (the
+        default) does too.
         ``may_move``: when no free range is large enough but enough is free, compact the
         arena first (``_compact``: the other grammars move, on the current stream); pass False
         on a stream other than the one that runs the steps."""
@@ -421,6 +422,9 @@ class DeviceArena:
             raise ValueError("the compiled grammar was built for another tokenizer")
         with self._lock:
             known = self._known(compiled)
+            lacking = known is not None and distances and not self._registered[known].distances
+        if lacking:  # registered before without them (a batch with no budget then)
+            self.write_distances()
         if known is not None:
             return known
         # the mask entries (and the second level) are the slow part: outside the lock, so that

@@ -321,6 +321,20 @@ def test_a_budget_given_after_steps_without_one_narrows_exactly(zoo_compiled, de
                 budgets[slot] -= 1
 
 
+def test_registering_again_with_distances_writes_the_missing_ones(zoo_compiled):
+    """A grammar registered without its completion distances gets them when it is registered
+    again with them (the default), under the same id."""
+    from gxg.arena import DeviceArena
+    info, compiled = zoo_compiled
+    arena = DeviceArena(info, device="cpu")
+    gid = arena.register(compiled["json"], distances=False)
+    assert not arena._registered[gid].distances
+    assert arena.register(compiled["json"]) == gid
+    assert arena._registered[gid].distances
+    rows = arena.node_distance[arena.grammar_node_base[gid]:][:compiled["json"].automaton.num_nodes]
+    np.testing.assert_array_equal(rows.numpy(), compiled["json"].completion.node_distance)
+
+
 def test_batch_budget_rollback_and_reset(zoo_compiled):
     info, compiled = zoo_compiled
     batch = GrammarBatch(info, device="cpu", max_batch=2)
