@@ -141,19 +141,17 @@ class MaskCache:
             failed = next((self._failed[n] for n in nodes if n in self._failed), None)
             if failed is not None:
                 raise failed
-            todo = [n for n in nodes if n not in self._entries]
-            if self._representative is None:
-                computed = self._classify_or_record(todo)
-            else:  # a node whose representative is another walks as that one, once
-                of = {n: int(self._representative[n]) for n in todo}
-                walked = self._classify_or_record(sorted({r for r in of.values()
-                                                          if r not in self._entries}))
-                computed = {}
-                for node, chosen in of.items():
-                    entry = walked[chosen] if chosen in walked else self._entries[chosen]
-                    computed[node] = entry
-                    if node != chosen:
-                        self._store(node, entry, shared=True)
+            # each node walks as its representative, which walks once
+            representative = self._representative
+            of = {n: n if representative is None else int(representative[n])
+                  for n in nodes if n not in self._entries}
+            walked = self._classify_or_record(sorted({r for r in of.values()
+                                                      if r not in self._entries}))
+            computed = {}
+            for node, chosen in of.items():
+                computed[node] = walked[chosen] if chosen in walked else self._entries[chosen]
+                if node != chosen:
+                    self._store(node, computed[node], shared=True)
             return [computed[n] if n in computed else self._entries[n] for n in nodes]
 
     def _store(self, node: int, entry: NodeTokenMask, shared: bool = False) -> None:
