@@ -228,6 +228,31 @@ def test_a_step_of_grouped_classes_is_the_step_by_each_byte(name, make_grammar,
     assert grouped_somewhere
 
 
+@pytest.mark.parametrize("name,make_grammar", GRAMMARS + [LOOKAHEAD],
+                         ids=[g[0] for g in GRAMMARS + [LOOKAHEAD]])
+def test_close_returns_plain_elements_as_the_walk_would(name, make_grammar):
+    """``close`` returns elements whose tops are all plain as they are, without the walk: for
+    the elements of every configuration one byte on from every scannable node, and for each
+    element alone, it equals the walk of the push, pop and escape moves. Where the automaton
+    has tops that scan but are final or call a rule (which only the walk closes rightly), some
+    of these elements have one."""
+    automaton = build_automaton(prepare(make_grammar()))
+    walker = StackWalker(automaton, escape_bottom=True)
+    configs = {walker.initial((node,)) for node in np.flatnonzero(automaton.is_scannable)}
+    for config in list(configs):
+        configs.update(walker.step(config, byte) for byte in range(256))
+    element_sets = {frozenset([element]) for config in configs for element in config}
+    element_sets |= configs
+    scanning_but_not_plain = 0
+    for elements in element_sets:
+        assert walker.close(list(elements)) == walker._walk_closure(list(elements)), elements
+        scanning_but_not_plain += any(
+            stack and stack[-1] >= 0 and automaton.is_scannable[stack[-1]]
+            and not automaton.lists.is_plain[stack[-1]] for stack, _, _ in elements)
+    plain = np.array(automaton.lists.is_plain, dtype=bool)
+    assert scanning_but_not_plain or not (automaton.is_scannable & ~plain).any()
+
+
 # two loops live at once, in two rules (recursive: not inlined): a byte that one of them
 # leaves is no loop
 TWO_LOOPS = ("two_loops", lambda: gxg.Grammar.from_ebnf(

@@ -317,16 +317,21 @@ class StateClasses:
         """Classes of a state array, or the class (an int) of one state."""
         if isinstance(states, np.ndarray):
             return self[states]
-        return int(self[np.array([states], dtype=np.intp)][0])
+        self._extend()
+        return int(self.known[states])
 
     def __getitem__(self, states: np.ndarray) -> np.ndarray:
+        self._extend()
+        return self.known[states]
+
+    def _extend(self) -> None:
+        """Classify the states interned since the last call."""
         configs = self.walk.configs
         if len(self.known) < len(configs):
             has_unescaped = StackWalker.has_unescaped
             fresh = [ACCEPTED if has_unescaped(c) else (UNCERTAIN if c else REJECTED)
                      for c in configs[len(self.known):]]
             self.known = np.concatenate([self.known, np.array(fresh, dtype=np.int8)])
-        return self.known[states]
 
 
 def _smallest_store(num_accepted: int, num_rejected: int, num_sorted: int) -> StoreType:

@@ -66,6 +66,7 @@ class StackWalker:
         self._final = lists.is_final
         self._scannable = lists.is_scannable
         self._pure_return = lists.is_pure_return
+        self._plain = lists.is_plain
         self._node_rule = lists.node_rule
         self._start = lists.rule_start
         self._lookahead_rule = lists.rule_lookahead if self.use_lookahead else None
@@ -100,7 +101,23 @@ class StackWalker:
         An escape (a bottom frame completing with an unknown caller) is not walked here: its
         closure depends only on the rule and the lookahead, so it is taken, whole, from
         ``_escape_closure`` (computed once per rule). ``MAX_CLOSURE_ELEMENTS`` bounds the
-        elements walked here plus those the escapes add."""
+        elements walked here plus those the escapes add.
+
+        Elements whose tops are all plain (they scan, are not final and call nothing: inside
+        a key or a string) close to themselves: returned as they are, without the walk (most
+        steps inside a key trie or a string; ``_walk_closure`` is the walk)."""
+        elements = elements if isinstance(elements, list) else list(elements)
+        plain = self._plain
+        for stack, _, _ in elements:
+            if not stack or stack is ANYTHING or not plain[stack[-1]]:
+                return self._walk_closure(elements, skip_rules)
+        if len(elements) > MAX_CLOSURE_ELEMENTS:
+            return self._walk_closure(elements, skip_rules)  # (which reports it)
+        return frozenset(elements)
+
+    def _walk_closure(self, elements: List[Element], skip_rules: FrozenSet[int] = frozenset()
+                      ) -> Config:
+        """``close`` by walking the push, pop and escape moves (any elements)."""
         seen = set()
         out = set()   # kept elements: those walked here (``local`` of them) and the escapes'
         local = 0

@@ -90,8 +90,11 @@ class VocabularyWalk:
         self._node_character_loops: Dict[int, bool] = {}  # per plain node (a cache)
         self._class_members = [np.nonzero(byte_class == c)[0]
                                for c in range(int(byte_class.max()) + 1)]
-        # per set of tops, a fresh row: DEAD at the bytes none of them scans (a cache)
-        self._dead_bytes: Dict[FrozenSet[int], np.ndarray] = {}
+        # per bit mask of scanned classes, a fresh row: DEAD at the other bytes (a cache), and
+        # per node the classes it scans (a cache): ``_mark_dead_bytes``
+        self._dead_bytes: Dict[int, np.ndarray] = {}
+        self._scan_masks: Dict[int, int] = {}
+        self._all_classes = (1 << self._next_node.shape[1]) - 1
         self.configs: List[Config] = [EMPTY_CONFIG]
         self._ids: Dict[Config, int] = {EMPTY_CONFIG: DEAD}
         self._transition = np.full(64 * 256, UNKNOWN, dtype=np.int32)  # [state * 256 + byte]
@@ -126,19 +129,34 @@ class VocabularyWalk:
 
     def _mark_dead_bytes(self, state: int, config: Config) -> None:
         """Bytes that no element of the configuration can scan lead to DEAD: fill them in
-        one assignment instead of running the closure for each."""
-        tops = frozenset(stack[-1] for stack, _, _ in config if stack)
-        if not tops or -1 in tops:  # END only (nothing scans), or ANYTHING (everything does)
-            if not tops:
-                self._transition[state * 256: state * 256 + 256] = DEAD
-            return
-        row = self._dead_bytes.get(tops)
-        if row is None:  # configurations share their tops: one numpy pass per set of tops
-            scannable = (self._next_node[sorted(tops)] >= 0).any(axis=0)
-            row = self._dead_bytes[tops] = np.where(scannable[self._byte_class_array],
+        one assignment instead of running the closure for each. The classes a top scans are
+        kept per node as a bit mask, so a configuration costs a few integer ORs; the rows are
+        kept per mask (configurations of a key trie have distinct tops, but most share the
+        classes they scan)."""
+        scans, scan_mask = self._scan_masks, self._scan_mask
+        mask = 0
+        for stack, _, _ in config:
+            if stack:
+                top = stack[-1]
+                if top < 0:  # ANYTHING: everything scans
+                    return
+                known = scans.get(top)
+                mask |= known if known is not None else scan_mask(top)
+        if mask == self._all_classes:
+            return  # a fresh state's row is all UNKNOWN already
+        row = self._dead_bytes.get(mask)
+        if row is None:
+            scannable = np.array([(mask >> c) & 1 for c in range(self._next_node.shape[1])],
+                                 dtype=bool)
+            row = self._dead_bytes[mask] = np.where(scannable[self._byte_class_array],
                                                     UNKNOWN, DEAD).astype(np.int32)
-        # a fresh state's row is all UNKNOWN: the set's row (DEAD where nothing scans) as it is
         self._transition[state * 256: state * 256 + 256] = row
+
+    def _scan_mask(self, node: int) -> int:
+        """The classes ``node`` scans, as a bit mask (kept in ``_scan_masks``)."""
+        bits = np.packbits(self._next_node[node] >= 0, bitorder="little")
+        mask = self._scan_masks[node] = int.from_bytes(bits.tobytes(), "little")
+        return mask
 
     def transitions(self, states: np.ndarray, byte_values: np.ndarray) -> np.ndarray:
         """``transition[states, bytes]``, computing the entries never needed before."""
@@ -172,8 +190,9 @@ class VocabularyWalk:
             groups = [([cls], self.walker.step(config, byte)) for cls, byte in classes.items()]
         for group, target_config in groups:
             target = self.intern(target_config)
-            for cls in group:
-                self._transition[base + members[cls]] = target
+            # one assignment per group (a key trie's state sends most classes one way)
+            self._transition[base + (members[group[0]] if len(group) == 1 else
+                                     np.concatenate([members[cls] for cls in group]))] = target
 
     # ------------------------------------------------------------------ loops
     def note_loops(self, states: np.ndarray) -> None:
