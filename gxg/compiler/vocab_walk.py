@@ -638,17 +638,19 @@ def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray)
     prefix whose state loops (``VocabularyWalk.note_loops``) leaves it, and the tokens below
     are walked one by one, skipping runs of the loop set (``_walk_tokens``). (From level 1 the
     space prefix alone would hand over a third of Qwen's vocabulary, which the trie's next
-    level mostly rejects at once.)
+    level mostly rejects at once.) The pairs handed over at every level, and a looping start's
+    broken tokens, are walked together once the trie walk ends (``_PendingRuns``).
     """
     starts = np.asarray(starts, dtype=np.int32)
     origin = np.arange(len(starts), dtype=np.int64)
     found = []
+    pending = _PendingRuns()  # the pairs handed to runs, walked together at the end
     walk.note_loops(starts)
     key_ids = walk.skip_ids[starts]
     whole = np.array([key_id != NO_LOOP and trie.runs.mostly_whole(walk.loop_keys[key_id], trie)
                       for key_id in key_ids.tolist()], dtype=bool)
     for o in np.flatnonzero(whole).tolist():
-        found.extend(_walk_whole(walk, trie, o, int(starts[o])))
+        found.extend(_walk_whole(walk, trie, o, int(starts[o]), pending))
     origin = origin[~whole]
     nodes = np.zeros(len(origin), np.int64)
     states = starts[~whole]
@@ -675,15 +677,14 @@ def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray)
             whole = _whole_below(walk, trie, states, nodes)
             if whole.any():
                 found.extend(_walk_whole_below(walk, trie, origin[whole], states[whole],
-                                               nodes[whole]))
+                                               nodes[whole], pending))
                 stay = ~whole
                 nodes, states, origin = nodes[stay], states[stay], origin[stay]
         if d >= RUNS_FROM_LEVEL:
             to_runs = walk.skip_ids[states] != NO_LOOP
             if to_runs.any():
                 lo, hi = trie.subtree(d, nodes[to_runs])
-                found.extend(_walk_tokens(walk, trie, origin[to_runs], states[to_runs],
-                                          lo, hi, d))
+                _walk_tokens(trie, origin[to_runs], states[to_runs], lo, hi, d, pending)
                 stay = ~to_runs
                 nodes, states, origin = nodes[stay], states[stay], origin[stay]
         if d == 2 and len(nodes):
@@ -699,13 +700,37 @@ def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray)
                 dense_states[rows[to_dense], nodes[to_dense]] = states[to_dense]
                 nodes, states, origin = nodes[~to_dense], states[~to_dense], origin[~to_dense]
                 found.extend(_walk_dense(walk, trie, dense_origins, dense_states, d + 1))
+    found.extend(pending.walk(walk, trie.runs))
     return found
 
 
-def _walk_tokens(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
-                 lo: np.ndarray, hi: np.ndarray, depth: int):
+class _PendingRuns:
+    """(origin, token, state, position, end) pairs that a trie walk hands to runs: one
+    ``_walk_runs`` walks them all at its end, so the per-pass cost of a run walk is paid once per
+    trie walk, not once per level and per loop set that handed pairs over (a key position's
+    walk handed over ~25 batches)."""
+
+    def __init__(self):
+        self.columns: List[Tuple[np.ndarray, ...]] = []
+
+    def add(self, origin, tokens, state, position, end) -> None:
+        if len(tokens):
+            self.columns.append((origin, tokens, state, position, end))
+
+    def walk(self, walk: "VocabularyWalk", runs: RunBreaks):
+        if not self.columns:
+            return ()
+        origin, tokens, state, position, end = (
+            np.concatenate([c[k] for c in self.columns]) for k in range(5))
+        self.columns = []
+        return _walk_runs(walk, runs, origin, tokens, state.astype(np.intp),
+                          position.astype(np.int64), end)
+
+
+def _walk_tokens(trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
+                 lo: np.ndarray, hi: np.ndarray, depth: int, pending: "_PendingRuns") -> None:
     """The tokens [lo, hi) below prefixes of length ``depth`` reached in ``states``, one
-    (origin, token) pair each, walked to their ends by ``_walk_runs``."""
+    (origin, token) pair each, handed to ``pending`` (walked to their ends by ``_walk_runs``)."""
     counts = hi - lo
     tokens = concatenated_ranges(lo, counts)
     origin = np.repeat(origin, counts)
@@ -713,15 +738,15 @@ def _walk_tokens(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
     if trie.has_duplicates:  # a repeated token takes its twin's result later
         single = trie.duplicate_of[tokens] < 0
         tokens, origin, state = tokens[single], origin[single], state[single]
-    return _walk_runs(walk, trie.runs, origin, tokens, state,
-                      trie.token_offsets[tokens] + depth, trie.token_ends[tokens])
+    pending.add(origin, tokens, state, trie.token_offsets[tokens] + depth,
+                trie.token_ends[tokens])
 
 
-def _walk_whole(walk, trie: TokenTrie, origin: int, state: int):
+def _walk_whole(walk, trie: TokenTrie, origin: int, state: int, pending: "_PendingRuns"):
     """Every token from a start ``state`` that loops with few broken tokens
     (``RunBreaks.mostly_whole``): the whole vocabulary as one range of ``_walk_whole_ranges``."""
     return _walk_whole_ranges(walk, trie, np.array([origin]), np.array([state]),
-                              np.array([0]), np.array([trie.num_tokens]))
+                              np.array([0]), np.array([trie.num_tokens]), pending)
 
 
 def _whole_below(walk, trie: TokenTrie, states: np.ndarray, positions: np.ndarray
@@ -744,18 +769,19 @@ def _whole_below(walk, trie: TokenTrie, states: np.ndarray, positions: np.ndarra
 
 
 def _walk_whole_below(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
-                      positions: np.ndarray):
+                      positions: np.ndarray, pending: "_PendingRuns"):
     """The tokens below first-byte prefixes whose state loops on their byte (``_whole_below``):
     their ranges of ``_walk_whole_ranges`` (the prefix's byte lies inside the run)."""
-    return _walk_whole_ranges(walk, trie, origin, states, *trie.subtree(1, positions))
+    return _walk_whole_ranges(walk, trie, origin, states, *trie.subtree(1, positions),
+                              pending)
 
 
 def _walk_whole_ranges(walk, trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
-                       lo: np.ndarray, hi: np.ndarray):
+                       lo: np.ndarray, hi: np.ndarray, pending: "_PendingRuns"):
     """The sorted tokens [lo, hi) of each origin, in a looping state whose run their bytes so
     far did not leave: a token inside one run from its first byte ends in that state as it is
-    (a slice of the loop set's whole tokens, no copy); the others are walked from their first
-    break (``_walk_runs``)."""
+    (a slice of the loop set's whole tokens, no copy); the others go to ``pending``, to be
+    walked from their first break (``_walk_runs``)."""
     key_ids = walk.skip_ids[states]
     for key_id in np.unique(key_ids).tolist():
         chosen = np.flatnonzero(key_ids == key_id)
@@ -769,9 +795,9 @@ def _walk_whole_ranges(walk, trie: TokenTrie, origin: np.ndarray, states: np.nda
         picked = concatenated_ranges(a, counts)
         if len(picked):
             tokens = broken[picked]
-            yield from _walk_runs(walk, trie.runs, np.repeat(origin[chosen], counts), tokens,
-                                  np.repeat(states[chosen].astype(np.intp), counts),
-                                  first_break[picked].copy(), trie.token_ends[tokens])
+            pending.add(np.repeat(origin[chosen], counts), tokens,
+                        np.repeat(states[chosen].astype(np.intp), counts),
+                        first_break[picked], trie.token_ends[tokens])
 
 
 def _walk_runs(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarray,
