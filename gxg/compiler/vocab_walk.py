@@ -145,9 +145,10 @@ class VocabularyWalk:
         if mask == self._all_classes:
             return  # a fresh state's row is all UNKNOWN already
         row = self._dead_bytes.get(mask)
-        if row is None:
-            scannable = np.array([(mask >> c) & 1 for c in range(self._next_node.shape[1])],
-                                 dtype=bool)
+        if row is None:  # the mask's bits back as an array (the inverse of ``_scan_mask``)
+            num_classes = self._next_node.shape[1]
+            bits = np.frombuffer(mask.to_bytes((num_classes + 7) // 8, "little"), np.uint8)
+            scannable = np.unpackbits(bits, bitorder="little")[:num_classes].astype(bool)
             row = self._dead_bytes[mask] = np.where(scannable[self._byte_class_array],
                                                     UNKNOWN, DEAD).astype(np.int32)
         self._transition[state * 256: state * 256 + 256] = row
@@ -723,8 +724,9 @@ class _PendingRuns:
         origin, tokens, state, position, end = (
             np.concatenate([c[k] for c in self.columns]) for k in range(5))
         self.columns = []
-        return _walk_runs(walk, runs, origin, tokens, state.astype(np.intp),
-                          position.astype(np.int64), end)
+        # (fresh arrays: _walk_runs may move the positions in place)
+        return _walk_runs(walk, runs, origin, tokens, state.astype(np.intp, copy=False),
+                          position.astype(np.int64, copy=False), end)
 
 
 def _walk_tokens(trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
