@@ -271,10 +271,8 @@ class ModelCacheWarning(UserWarning):
 def model_cache_root() -> Path:
     """Where converted models are kept: ``$GXG_CACHE_DIR``, else ``$XDG_CACHE_HOME/gxg``, else
     ``~/.cache/gxg``."""
-    if os.environ.get("GXG_CACHE_DIR"):
-        return Path(os.environ["GXG_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "gxg"
+    from gxg.native import cache_root
+    return cache_root()
 
 
 def _cache_key(gguf: Path) -> dict:

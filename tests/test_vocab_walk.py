@@ -5,6 +5,8 @@ repeated tokens, by both of their ways (a table over the vocabulary, a search ov
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 
 import numpy as np
@@ -128,26 +130,49 @@ def test_run_breaks_meet_their_definition(seed, utf8):
     np.testing.assert_array_equal(by_search, expected[:: 7])
 
 
+@contextlib.contextmanager
+def _numpy_only():
+    """The walks in numpy (``gxg.native`` off) inside the block."""
+    before = os.environ.get("GXG_NATIVE")
+    os.environ["GXG_NATIVE"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["GXG_NATIVE"]
+        else:
+            os.environ["GXG_NATIVE"] = before
+
+
 def _final_states(walk, trie, start):
-    """Token -> final state from ``start``, by the trie walk and byte by byte."""
+    """Token -> final state from ``start``, by the trie walk and byte by byte (in numpy)."""
     origin, tokens, final = walk_trie(walk, trie, np.array([start], dtype=np.int32))
     assert (origin == 0).all() and len(np.unique(tokens)) == len(tokens)
     by_trie = dict(zip(tokens.tolist(), final.tolist()))
     everything = np.flatnonzero(trie.token_lengths > 0)
-    by_bytes = walk.walk_pairs(np.full(len(everything), start, np.int32), everything)
+    with _numpy_only():
+        by_bytes = walk.walk_pairs(np.full(len(everything), start, np.int32), everything)
     alive = by_bytes != DEAD
     return by_trie, dict(zip(everything[alive].tolist(), by_bytes[alive].tolist()))
 
 
+@pytest.mark.parametrize("walker", ["numpy", "c"])
 @pytest.mark.parametrize("vocabulary", ["zoo", "runs", "qwen", "smollm2"])
 @pytest.mark.parametrize("name,make_grammar", GRAMMARS, ids=[g[0] for g in GRAMMARS])
-def test_trie_walk_equals_the_byte_by_byte_walk(vocabulary, name, make_grammar, monkeypatch):
+def test_trie_walk_equals_the_byte_by_byte_walk(vocabulary, name, make_grammar, walker,
+                                                monkeypatch):
+    """From every scannable node, the trie walk (in numpy, or below its first level in C:
+    csrc/vocab_walk.c) gives every token the final state of a byte-by-byte walk in numpy."""
+    if walker == "c":
+        _native_or_skip()
+    else:
+        monkeypatch.setenv("GXG_NATIVE", "0")
     info = _vocabulary(vocabulary)
     trie = token_trie(info)
     automaton = build_automaton(prepare(make_grammar()))
     walk = VocabularyWalk(StackWalker(automaton, escape_bottom=True), info.token_bytes,
                           info.token_offsets)
-    used = {"whole": 0, "tokens": 0}
+    used = {"whole": 0, "tokens": 0, "below_native": 0}
     for part in used:
         original = getattr(vocab_walk, f"_walk_{part}")
 
@@ -161,8 +186,8 @@ def test_trie_walk_equals_the_byte_by_byte_walk(vocabulary, name, make_grammar, 
         assert by_trie == by_bytes, f"node {node}"
     if name in ("json", "schema", "free_text") and vocabulary in ("qwen", "smollm2"):
         assert used["whole"] > 0  # inside strings: whole-vocabulary runs
-    if name == "spaces" and vocabulary != "zoo":
-        assert used["tokens"] > 0  # space prefixes leave the trie
+    if name == "spaces" and vocabulary != "zoo":  # space prefixes leave the trie
+        assert used["tokens" if walker == "numpy" else "below_native"] > 0
     assert any(key_id != NO_LOOP for key_id in walk.skip_ids.tolist())
 
 
@@ -369,3 +394,82 @@ def test_masks_over_a_vocabulary_with_a_repeated_token_equal_the_brute_force(nam
         if not allowed:
             break
         assert matcher.accept_token(rng.choice(allowed))
+
+
+def _native_or_skip():
+    from gxg import native
+    if native.library("vocab_walk.c") is None:
+        pytest.skip("no C compiler here: the walks run in numpy only")
+
+
+def _walked_configs(walk, trie, start):
+    """Token -> final configuration from ``start`` by the trie walk, and by the pair walk
+    (configurations, not state numbers: two walks may intern states in another order)."""
+    origin, tokens, final = walk_trie(walk, trie, np.array([start], dtype=np.int32))
+    everything = np.flatnonzero(trie.token_lengths > 0)
+    by_pairs = walk.walk_pairs(np.full(len(everything), start, np.int32), everything)
+    alive = by_pairs != DEAD
+    return ({t: walk.configs[s] for t, s in zip(tokens.tolist(), final.tolist())},
+            {t: walk.configs[s] for t, s in zip(everything[alive].tolist(),
+                                               by_pairs[alive].tolist())})
+
+
+@pytest.mark.parametrize("min_pairs", [0, 1 << 30])  # pair walks skipping runs, or not
+@pytest.mark.parametrize("vocabulary", ["runs", "qwen"])
+@pytest.mark.parametrize("name,make_grammar", GRAMMARS + [LOOKAHEAD],
+                         ids=[g[0] for g in GRAMMARS + [LOOKAHEAD]])
+def test_the_c_walk_equals_the_numpy_walk(vocabulary, name, make_grammar, min_pairs,
+                                          monkeypatch):
+    """csrc/vocab_walk.c (``gxg.native``) walks the pairs that the trie walk hands to runs
+    and the pair walks: from every scannable node, every token ends in the configuration the
+    numpy walk (``GXG_NATIVE=0``) gives, and the same tokens die."""
+    _native_or_skip()
+    monkeypatch.setattr(vocab_walk, "RUNS_MIN_PAIRS", min_pairs)
+    info = _vocabulary(vocabulary)
+    trie = token_trie(info)
+    automaton = build_automaton(prepare(make_grammar()))
+    walks = {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv("GXG_NATIVE", setting)
+        walk = VocabularyWalk(StackWalker(automaton, escape_bottom=True), info.token_bytes,
+                              info.token_offsets, runs=trie.runs)
+        walks[setting] = [_walked_configs(walk, trie, walk.intern(
+            walk.walker.initial((node,), as_top=True)))
+            for node in np.flatnonzero(automaton.is_scannable).tolist()]
+    assert walks["1"] == walks["0"]
+
+
+@pytest.mark.parametrize("name,make_grammar", GRAMMARS[:2], ids=[g[0] for g in GRAMMARS[:2]])
+def test_one_c_walk_from_every_node_at_once_equals_the_numpy_walks(name, make_grammar,
+                                                                     monkeypatch):
+    """All scannable nodes as the starts of one trie walk, with the C walk's stack cut to one
+    trie node's children: items outgrow it, wait, and the next call goes on; every (start,
+    token) ends where the numpy walk of that start alone ends."""
+    _native_or_skip()
+    monkeypatch.setattr(vocab_walk, "C_STACK_ROOM", 256)
+    calls = []
+    kernel = vocab_walk._trie_kernel()
+    monkeypatch.setattr(vocab_walk, "_trie_kernel",
+                        lambda: lambda *args: calls.append(args[0]) or kernel(*args))
+    info = _vocabulary("qwen")
+    trie = token_trie(info)
+    automaton = build_automaton(prepare(make_grammar()))
+    nodes = np.flatnonzero(automaton.is_scannable).tolist()
+    results = {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv("GXG_NATIVE", setting)
+        walk = VocabularyWalk(StackWalker(automaton, escape_bottom=True), info.token_bytes,
+                              info.token_offsets, runs=trie.runs)
+        starts = np.array([walk.intern(walk.walker.initial((node,), as_top=True))
+                           for node in nodes], dtype=np.int32)
+        if setting == "1":
+            origin, tokens, final = walk_trie(walk, trie, starts)
+        else:  # one start at a time
+            parts = [walk_trie(walk, trie, starts[i:i + 1]) for i in range(len(starts))]
+            origin = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)])
+            tokens = np.concatenate([p[1] for p in parts])
+            final = np.concatenate([p[2] for p in parts])
+        results[setting] = {(o, t): walk.configs[s]
+                            for o, t, s in zip(origin.tolist(), tokens.tolist(), final.tolist())}
+    assert len(calls) > 50  # the stack overflowed again and again
+    assert results["1"] == results["0"]

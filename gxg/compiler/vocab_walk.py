@@ -23,13 +23,14 @@ break tables of the few loop sets met most recently (a bounded cache that says s
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from gxg import compile_budget
+from gxg import compile_budget, native
 from gxg.compiler.automaton import gc_paused
 from gxg.compiler.stack_walk import ANYTHING, EMPTY_CONFIG, Config, StackWalker
 
@@ -106,6 +107,7 @@ class VocabularyWalk:
         self.loop_keys: List[LoopKey] = []
         self.loop_bytes: List[np.ndarray] = []  # bool [256] per key: its byte set
         self._loop_key_ids: Dict[LoopKey, int] = {}
+        self._loop_tables: Optional[Tuple[np.ndarray, np.ndarray]] = None  # ``loop_tables``
 
     # ------------------------------------------------------------------ interning
     def intern(self, config: Config) -> int:
@@ -233,6 +235,16 @@ class VocabularyWalk:
                 self.loop_bytes.append(row.copy())
             self.skip_ids[state] = index
 
+    def loop_tables(self) -> Tuple[np.ndarray, np.ndarray]:
+        """The loop keys as the C walk reads them: uint8 [keys, 256] byte sets and uint8 [keys]
+        utf8 flags (rebuilt when keys were added since the last call; at least one row)."""
+        if self._loop_tables is None or len(self._loop_tables[1]) != max(1, len(self.loop_keys)):
+            rows = self.loop_bytes or [np.zeros(256, bool)]
+            self._loop_tables = (np.ascontiguousarray(np.stack(rows), dtype=np.uint8),
+                                 np.array([utf8 for _, utf8 in self.loop_keys] or [False],
+                                          dtype=np.uint8))
+        return self._loop_tables
+
     def _plain_tops(self, state: int) -> Optional[List[int]]:
         """The tops of a configuration whose elements all have a plain top (a node that scans,
         is not final and calls nothing: its closure is itself) and no lookahead; None for any
@@ -311,12 +323,25 @@ class VocabularyWalk:
         final = np.asarray(states, dtype=np.int32).copy()
         tokens = np.asarray(tokens, dtype=np.int64)
         live = np.nonzero((self.token_lengths[tokens] > 0) & (final != DEAD))[0]
-        if self.runs is not None and len(live) >= RUNS_MIN_PAIRS:
+        use_runs = self.runs is not None and len(live) >= RUNS_MIN_PAIRS
+        kernel = _pair_kernel()
+        if kernel is not None and len(live):  # the C walk, skipping runs or not
+            walked = tokens[live]
+            data = self.runs.data if use_runs else self.token_bytes
+            utf8 = (self.runs.utf8_break, self.runs.utf8_tail) if use_runs else (data, data)
+            reached_by = _walk_native(kernel, self, data, *utf8, live, walked, final[live],
+                                      self.token_offsets[walked],
+                                      self.token_offsets[walked + 1], use_runs)
+            final[live] = DEAD  # unless the walk reaches the token's end
+            for pairs, _, reached in reached_by:
+                final[pairs] = reached
+            return final
+        if use_runs:
             walked, starts = tokens[live], final[live].astype(np.intp)
             final[live] = DEAD  # unless a run of parts below reaches the token's end
-            for pairs, _, reached in _walk_runs(self, self.runs, live, walked, starts,
-                                                self.token_offsets[walked],
-                                                self.token_offsets[walked + 1]):
+            for pairs, _, reached in _walk_runs_numpy(self, self.runs, live, walked, starts,
+                                                      self.token_offsets[walked],
+                                                      self.token_offsets[walked + 1]):
                 final[pairs] = reached
             return final
         position = self.token_offsets[tokens[live]]
@@ -408,6 +433,7 @@ class TokenTrie:
         self.max_depth = max_depth
         self.level_creator = creators
         self._subtree_end: Dict[int, np.ndarray] = {}  # per level, computed on first use
+        self._flat: Optional["FlatTrie"] = None  # ``flat``
         self.runs = RunBreaks(data, offsets)
         self.runs.utf8_break  # per-vocabulary work (~30 ms for Qwen): done with the trie
         # Dense walks read every node of a level: its parent (a position in the level above)
@@ -418,6 +444,13 @@ class TokenTrie:
             lo, hi = self.level_child_lo[d - 1], self.level_child_hi[d - 1]
             self.level_parent.append(np.repeat(np.arange(len(lo)), hi - lo))
             self.level_end_positions.append(np.flatnonzero(self.level_token_end[d] >= 0))
+
+    def flat(self) -> "FlatTrie":
+        """The trie as one table for the C walk (built on first use, ~0.1 s for Qwen's; the
+        same table from any thread)."""
+        if self._flat is None:
+            self._flat = FlatTrie(self)
+        return self._flat
 
     def subtree(self, depth: int, positions: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """The sorted tokens below prefixes of length ``depth`` (positions in that level),
@@ -434,6 +467,39 @@ class TokenTrie:
             self._subtree_end[depth] = end  # same array from any thread: no lock needed
         lo = creator + (self.level_token_end[depth][positions] >= 0)
         return lo, end[positions]
+
+
+class FlatTrie:
+    """A ``TokenTrie`` as csrc/vocab_walk.c's ``gxg_walk_trie`` reads it: every prefix a global
+    node number (level by level: ``offset[d] + position``; the root is 0), and one int32 table
+    [TRIE_ROWS, nodes] whose rows are, per node, its children's range [child_lo, child_hi)
+    (global), its last byte, the token equal to it (-1: none), the sorted tokens below it and
+    longer ([below_lo, below_hi): ``TokenTrie.subtree``) and its depth. Also, per sorted
+    token, whether it repeats its predecessor (uint8)."""
+
+    ROWS = ("child_lo", "child_hi", "byte", "token_end", "below_lo", "below_hi", "depth")
+
+    def __init__(self, trie: "TokenTrie"):
+        sizes = [1] + [len(trie.level_byte[d]) for d in range(1, trie.max_depth + 1)]
+        self.offset = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.num_nodes = int(self.offset[-1])
+        rows = {name: [np.zeros(1, np.int64) if name != "token_end" else np.full(1, -1)]
+                for name in self.ROWS}
+        rows["child_lo"][0] = self.offset[1] + trie.level_child_lo[0]
+        rows["child_hi"][0] = self.offset[1] + trie.level_child_hi[0]
+        for d in range(1, trie.max_depth + 1):
+            positions = np.arange(sizes[d])
+            rows["child_lo"].append(self.offset[d + 1] + trie.level_child_lo[d])
+            rows["child_hi"].append(self.offset[d + 1] + trie.level_child_hi[d])
+            rows["byte"].append(trie.level_byte[d])
+            rows["token_end"].append(trie.level_token_end[d])
+            below_lo, below_hi = trie.subtree(d, positions)
+            rows["below_lo"].append(below_lo)
+            rows["below_hi"].append(below_hi)
+            rows["depth"].append(np.full(sizes[d], d))
+        self.table = np.stack([np.concatenate(rows[name]).astype(np.int32)
+                               for name in self.ROWS])
+        self.is_repeat = np.ascontiguousarray(trie.duplicate_of >= 0, dtype=np.uint8)
 
 
 class RunBreaks:
@@ -681,6 +747,11 @@ def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray)
                                                nodes[whole], pending))
                 stay = ~whole
                 nodes, states, origin = nodes[stay], states[stay], origin[stay]
+            kernel = _trie_kernel()
+            if kernel is not None:  # the levels below in C
+                found.extend(_walk_below_native(kernel, walk, trie, origin, nodes, states, d,
+                                                pending))
+                break
         if d >= RUNS_FROM_LEVEL:
             to_runs = walk.skip_ids[states] != NO_LOOP
             if to_runs.any():
@@ -805,10 +876,140 @@ def _walk_whole_ranges(walk, trie: TokenTrie, origin: np.ndarray, states: np.nda
 def _walk_runs(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarray,
                state: np.ndarray, position: np.ndarray, end: np.ndarray):
     """(origin, token) pairs in ``state`` at byte ``position`` of the token, walked to the
-    token's ``end``: a pair whose state loops jumps to the first byte outside its loop set
-    (``RunBreaks.next_break``), any other pair reads one byte; the pairs go together, one
-    numpy pass per step. Inside a string almost every token ends in its first jump. Yields
-    (origin, token, final state) for the tokens that survive."""
+    token's ``end``: a pair whose state loops jumps to the first byte outside its loop set,
+    any other pair reads one byte. Yields (origin, token, final state) for the tokens that
+    survive. By the C kernel (``_walk_native``) where it is built, else in numpy
+    (``_walk_runs_numpy``): the same pairs with the same final states."""
+    kernel = _pair_kernel()
+    if kernel is None:
+        return _walk_runs_numpy(walk, runs, origin, tokens, state, position, end)
+    return _walk_native(kernel, walk, runs.data, runs.utf8_break, runs.utf8_tail, origin,
+                        tokens, state, position, end, use_runs=True)
+
+
+# gxg_walk_pairs (csrc/vocab_walk.c): its arguments (n, twelve arrays, use_runs) and outcomes
+WALK_PAIRS_ARGS = (ctypes.c_int64,) + (ctypes.c_void_p,) * 12 + (ctypes.c_int32,)
+WALK_FINISHED, WALK_DEAD, WALK_UNKNOWN, WALK_NEW_LOOP = range(4)
+
+
+def _pair_kernel():
+    """``gxg_walk_pairs``, or None where the C kernels are not built (``gxg.native``)."""
+    return native.function("vocab_walk.c", "gxg_walk_pairs", WALK_PAIRS_ARGS)
+
+
+def _walk_native(kernel, walk, data: np.ndarray, utf8_break: np.ndarray,
+                 utf8_tail: np.ndarray, origin: np.ndarray, tokens: np.ndarray,
+                 state: np.ndarray, position: np.ndarray, end: np.ndarray, use_runs: bool):
+    """Pairs walked by ``gxg_walk_pairs`` (csrc/vocab_walk.c), skipping runs when
+    ``use_runs`` (the byte tables then those of the vocabulary's ``RunBreaks``): each pair is
+    walked to its end in C with the tables as they are; a pair that needs a transition not
+    computed yet, or that met a state looping for the first time, stops there, and is walked
+    again once the table has it (``transitions``, ``note_loops``: the Python steps, for all
+    such pairs at once). Yields (origin, token, final state) as ``_walk_runs`` does. The
+    caller holds the walk (one walk at a time), so the tables passed stay valid."""
+    state = np.array(state, dtype=np.int32)  # own copies: the kernel moves them in place
+    position = np.array(position, dtype=np.int64)
+    end = np.ascontiguousarray(end, dtype=np.int64)
+    while len(tokens):
+        compile_budget.check("the vocabulary walk")
+        status = np.empty(len(tokens), np.uint8)
+        loop_bytes, loop_utf8 = walk.loop_tables()
+        kernel(len(tokens), state.ctypes.data, position.ctypes.data, end.ctypes.data,
+               status.ctypes.data, walk._transition.ctypes.data, walk.skip_ids.ctypes.data,
+               walk._loop_checked.ctypes.data, loop_bytes.ctypes.data, loop_utf8.ctypes.data,
+               data.ctypes.data, utf8_break.ctypes.data, utf8_tail.ctypes.data, int(use_runs))
+        finished = np.flatnonzero(status == WALK_FINISHED)
+        if len(finished):
+            yield origin[finished], tokens[finished], state[finished].astype(np.intp)
+        again = np.flatnonzero(status >= WALK_UNKNOWN)
+        if not len(again):
+            return
+        origin, tokens, state = origin[again], tokens[again], state[again]
+        position, end, status = position[again], end[again], status[again]
+        unknown = status == WALK_UNKNOWN
+        if unknown.any():
+            walk.transitions(state[unknown], data[position[unknown]])
+        if not unknown.all():
+            walk.note_loops(state[~unknown])
+
+
+# gxg_walk_trie (csrc/vocab_walk.c): its arguments, item kinds and the rows of its trie table
+WALK_TRIE_ARGS = ((ctypes.c_int64,) + (ctypes.c_void_p,) * 5 + (ctypes.c_int64,)
+                  + (ctypes.c_void_p,) * 10 + (ctypes.c_int32,) + (ctypes.c_void_p,) * 17)
+ITEM_ARRIVED, ITEM_EXPAND, ITEM_UNKNOWN, ITEM_NEW_LOOP = range(4)
+C_STACK_ROOM: Optional[int] = None  # the C trie walk's stack (None: room for the deepest walk)
+TRIE_BYTE = FlatTrie.ROWS.index("byte")
+
+
+def _trie_kernel():
+    """``gxg_walk_trie``, or None where the C kernels are not built (``gxg.native``)."""
+    return native.function("vocab_walk.c", "gxg_walk_trie", WALK_TRIE_ARGS)
+
+
+def _walk_below_native(kernel, walk, trie: TokenTrie, origin: np.ndarray, nodes: np.ndarray,
+                       states: np.ndarray, depth: int, pending: "_PendingRuns"):
+    """The trie below prefixes of length ``depth`` (positions ``nodes`` of that level, reached
+    in ``states``; their own tokens found already), walked by ``gxg_walk_trie``: depth first
+    in C with the tables as they are. An item that needs a transition not computed yet, or a
+    state's loops, waits; the Python steps (``transitions``, ``note_loops``) run for all of
+    them at once, and the next call goes on from there. Pairs whose walk below a looping
+    prefix stopped go to ``pending``. Yields (origin, token, state) parts, as
+    ``walk_trie_parts``' levels do."""
+    flat, runs = trie.flat(), trie.runs
+    items = (np.asarray(origin, np.int64), (flat.offset[depth] + nodes).astype(np.int32),
+             np.asarray(states, np.int32), np.full(len(nodes), ITEM_EXPAND, np.uint8))
+    # <= 256 children pushed per level; at least 256 (an item's children), or no progress
+    stack_capacity = max(256, C_STACK_ROOM or 256 * (trie.max_depth + 2))
+    room = trie.num_tokens + 1  # what one item can add: its token and the tokens below it
+    while len(items[0]):
+        compile_budget.check("the vocabulary walk")
+        capacity = np.array([room, 2 * stack_capacity + len(items[0]) + 512, room,
+                             stack_capacity], np.int64)
+        sizes = np.zeros(3, np.int64)
+        found = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int32))
+        blocked = tuple(np.empty(capacity[1], dtype)
+                        for dtype in (np.int64, np.int32, np.int32, np.uint8))
+        pairs = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int32),
+                 np.empty(room, np.int64))
+        stack = tuple(np.empty(stack_capacity, dtype)
+                      for dtype in (np.int64, np.int32, np.int32, np.uint8))
+        loop_bytes, loop_utf8 = walk.loop_tables()
+        kernel(len(items[0]), *(a.ctypes.data for a in items), flat.table.ctypes.data,
+               flat.num_nodes, trie.token_offsets.ctypes.data, flat.is_repeat.ctypes.data,
+               walk._transition.ctypes.data, walk.skip_ids.ctypes.data,
+               walk._loop_checked.ctypes.data, loop_bytes.ctypes.data, loop_utf8.ctypes.data,
+               runs.data.ctypes.data, runs.utf8_break.ctypes.data, runs.utf8_tail.ctypes.data,
+               RUNS_FROM_LEVEL, capacity.ctypes.data, sizes.ctypes.data,
+               *(a.ctypes.data for a in found + blocked + pairs + stack))
+        num_found, num_blocked, num_pairs = sizes.tolist()
+        if num_found:
+            yield found[0][:num_found], found[1][:num_found], found[2][:num_found]
+        if num_pairs:
+            tokens = pairs[1][:num_pairs]
+            pending.add(pairs[0][:num_pairs], tokens, pairs[2][:num_pairs].astype(np.intp),
+                        pairs[3][:num_pairs], trie.token_ends[tokens])
+        origin, nodes, states, kinds = (a[:num_blocked] for a in blocked)
+        unknown = np.flatnonzero(kinds == ITEM_UNKNOWN)
+        if len(unknown):  # the child's transition, then it has arrived (unless dead)
+            targets = walk.transitions(states[unknown], flat.table[TRIE_BYTE][nodes[unknown]])
+            looped = targets == states[unknown]
+            if looped.any():
+                walk.note_loops(targets[looped])
+            states[unknown] = targets
+            kinds[unknown] = ITEM_ARRIVED
+        new_loops = kinds == ITEM_NEW_LOOP
+        if new_loops.any():
+            walk.note_loops(states[new_loops])
+            kinds[new_loops] = ITEM_ARRIVED
+        alive = np.flatnonzero(states != DEAD)
+        items = (origin[alive], nodes[alive], states[alive], kinds[alive])
+
+
+def _walk_runs_numpy(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarray,
+                     state: np.ndarray, position: np.ndarray, end: np.ndarray):
+    """``_walk_runs`` in numpy: a looping pair jumps to its next break
+    (``RunBreaks.next_break``); the pairs go together, one numpy pass per step. Inside a
+    string almost every token ends in its first jump."""
     while len(tokens):
         compile_budget.check("the vocabulary walk")
         skip = walk.skip_ids[state]
