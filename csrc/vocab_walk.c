@@ -85,7 +85,7 @@ void gxg_walk_pairs(int64_t n, int32_t* state, int64_t* position, const int64_t*
 //   In:  items: origin, node (a global trie node: gxg/compiler/vocab_walk.py FlatTrie), state,
 //        kind: ITEM_ARRIVED (the node's token is found, then a looping state at depth >=
 //        runs_from_depth hands the tokens below to pair walks, else the children are read),
-//        ITEM_EXPAND (only the children: the caller found the node's token already);
+//        ITEM_FOUND (the same, but the caller found the node's token already);
 //        the trie as FlatTrie's [TRIE_ROWS, nodes] int32 table; per sorted token its offset
 //        and whether it repeats its predecessor (left out: it ends where its twin ends);
 //        the walk's tables and the vocabulary's bytes as gxg_walk_pairs reads them.
@@ -99,7 +99,7 @@ void gxg_walk_pairs(int64_t n, int32_t* state, int64_t* position, const int64_t*
 //        every item given is either walked or among the blocked).
 //   Work: one transition read per live (origin, prefix) above the runs, one pair walk per
 //        token below a looping prefix; the stack holds at most 256 items per trie level.
-enum { ITEM_ARRIVED = 0, ITEM_EXPAND = 1, ITEM_UNKNOWN = 2, ITEM_NEW_LOOP = 3 };
+enum { ITEM_ARRIVED = 0, ITEM_FOUND = 1, ITEM_UNKNOWN = 2, ITEM_NEW_LOOP = 3 };
 enum { TRIE_CHILD_LO, TRIE_CHILD_HI, TRIE_BYTE, TRIE_TOKEN_END, TRIE_BELOW_LO, TRIE_BELOW_HI,
        TRIE_DEPTH, TRIE_ROWS };
 enum { SIZE_FOUND, SIZE_BLOCKED, SIZE_PAIRS, CAPACITY_STACK };
@@ -167,14 +167,14 @@ void gxg_walk_trie(int64_t num_items, const int64_t* item_origin, const int32_t*
       overflow = 1;
       break;
     }
-    if (kind == ITEM_ARRIVED) {
-      int32_t token = token_end[node];
-      if (token >= 0) {
-        found_origin[found] = origin;
-        found_token[found] = token;
-        found_state[found] = s;
-        ++found;
-      }
+    int32_t token = token_end[node];
+    if (kind == ITEM_ARRIVED && token >= 0) {
+      found_origin[found] = origin;
+      found_token[found] = token;
+      found_state[found] = s;
+      ++found;
+    }
+    {
       int32_t depth = depth_of[node];
       if (depth >= runs_from_depth && skip_ids[s] != NO_LOOP) {
         for (int64_t t = below_lo[node]; t < below_hi[node]; ++t) {

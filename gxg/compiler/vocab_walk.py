@@ -24,6 +24,7 @@ break tables of the few loop sets met most recently (a bounded cache that says s
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
@@ -42,6 +43,9 @@ CHARACTER_LOOP_MIN_ASCII = 32  # ASCII bytes a loop set needs before characters 
 WHOLE_BROKEN_SHARE = 0.25  # a looping start walks the whole vocabulary by runs below this
 WHOLE_BELOW_MIN_PREFIXES = 16  # first bytes that must reach a state before it is asked to loop
 RUNS_MIN_PAIRS = 4096  # walk_pairs skips runs from this many pairs on
+# walk_pairs walks in C (where built) from this many pairs on: fewer pairs cost less in numpy,
+# one pass per byte level, than the C walk's rounds (a round per transition not known yet)
+C_MIN_PAIRS = 1024
 SAMPLE_TOKENS = 2048   # tokens of the fixed sample that estimates a loop set's broken share
 
 # Well-formed UTF-8 sequences as byte ranges (RFC 3629, table 3-7): no overlongs, no
@@ -68,6 +72,40 @@ def concatenated_ranges(lo: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
+class CBuffers:
+    """Arrays the C walks write into, kept between walks: one set per thread (``c_buffers``,
+    a cache that says so), so their memory does not grow with the grammars. A buffer is reused
+    only when nothing else refers to it, so a part a walk yielded (a view of its buffer) is
+    never overwritten; otherwise a new buffer is made. Taking an array's address costs ~1 µs,
+    so each buffer keeps its own."""
+
+    def __init__(self):
+        self._kept: Dict[str, Tuple[np.ndarray, int]] = {}
+
+    def get(self, name: str, size: int, dtype) -> Tuple[np.ndarray, int]:
+        """An array of at least ``size`` items, and its address."""
+        kept = self._kept.get(name)
+        if kept is not None:
+            array = kept[0]
+            # referred to by: the dict's tuple, ``array``, getrefcount's argument
+            if len(array) >= size and sys.getrefcount(array) == 3:
+                return kept
+        array = np.empty(max(size, 64), dtype)
+        kept = self._kept[name] = (array, array.ctypes.data)
+        return kept
+
+
+_THREAD_BUFFERS = threading.local()
+
+
+def c_buffers() -> CBuffers:
+    """This thread's ``CBuffers``."""
+    buffers = getattr(_THREAD_BUFFERS, "buffers", None)
+    if buffers is None:
+        buffers = _THREAD_BUFFERS.buffers = CBuffers()
+    return buffers
+
+
 class VocabularyWalk:
     def __init__(self, walker: StackWalker, token_bytes: Optional[np.ndarray] = None,
                  token_offsets: Optional[np.ndarray] = None,
@@ -77,6 +115,7 @@ class VocabularyWalk:
             self.token_bytes = np.ascontiguousarray(token_bytes, dtype=np.uint8)
             self.token_offsets = np.ascontiguousarray(token_offsets, dtype=np.int64)
             self.token_lengths = np.diff(self.token_offsets)
+            self._token_bytes_at = self.token_bytes.ctypes.data
         # the same vocabulary's RunBreaks (shared per vocabulary): walk_pairs skips runs
         self.runs = runs
         byte_class = walker.automaton.byte_class
@@ -108,6 +147,7 @@ class VocabularyWalk:
         self.loop_bytes: List[np.ndarray] = []  # bool [256] per key: its byte set
         self._loop_key_ids: Dict[LoopKey, int] = {}
         self._loop_tables: Optional[Tuple[np.ndarray, np.ndarray]] = None  # ``loop_tables``
+        self._c_tables: Optional[tuple] = None  # ``c_tables``
 
     # ------------------------------------------------------------------ interning
     def intern(self, config: Config) -> int:
@@ -235,6 +275,16 @@ class VocabularyWalk:
                 self.loop_bytes.append(row.copy())
             self.skip_ids[state] = index
 
+    def c_tables(self) -> Tuple[int, int, int, int, int]:
+        """The addresses the C walks read the walk's tables at: transition, skip_ids,
+        loop_checked and ``loop_tables``' two arrays (taken again only when one of them was
+        replaced: the table grows by copies)."""
+        arrays = (self._transition, self.skip_ids, self._loop_checked) + self.loop_tables()
+        kept = self._c_tables
+        if kept is None or any(a is not b for a, b in zip(arrays, kept[0])):
+            kept = self._c_tables = (arrays, tuple(a.ctypes.data for a in arrays))
+        return kept[1]
+
     def loop_tables(self) -> Tuple[np.ndarray, np.ndarray]:
         """The loop keys as the C walk reads them: uint8 [keys, 256] byte sets and uint8 [keys]
         utf8 flags (rebuilt when keys were added since the last call; at least one row)."""
@@ -324,13 +374,15 @@ class VocabularyWalk:
         tokens = np.asarray(tokens, dtype=np.int64)
         live = np.nonzero((self.token_lengths[tokens] > 0) & (final != DEAD))[0]
         use_runs = self.runs is not None and len(live) >= RUNS_MIN_PAIRS
-        kernel = _pair_kernel()
-        if kernel is not None and len(live):  # the C walk, skipping runs or not
+        kernel = _pair_kernel() if len(live) >= C_MIN_PAIRS else None
+        if kernel is not None:  # the C walk, skipping runs or not
             walked = tokens[live]
-            data = self.runs.data if use_runs else self.token_bytes
-            utf8 = (self.runs.utf8_break, self.runs.utf8_tail) if use_runs else (data, data)
-            reached_by = _walk_native(kernel, self, data, *utf8, live, walked, final[live],
-                                      self.token_offsets[walked],
+            if use_runs:
+                data, byte_addresses = self.runs.data, self.runs.addresses()
+            else:  # the UTF-8 marks are not read
+                data, byte_addresses = self.token_bytes, (self._token_bytes_at,) * 3
+            reached_by = _walk_native(kernel, self, data, byte_addresses, live, walked,
+                                      final[live], self.token_offsets[walked],
                                       self.token_offsets[walked + 1], use_runs)
             final[live] = DEAD  # unless the walk reaches the token's end
             for pairs, _, reached in reached_by:
@@ -500,6 +552,11 @@ class FlatTrie:
         self.table = np.stack([np.concatenate(rows[name]).astype(np.int32)
                                for name in self.ROWS])
         self.is_repeat = np.ascontiguousarray(trie.duplicate_of >= 0, dtype=np.uint8)
+        # what gxg_walk_trie reads of the vocabulary: the table, the token offsets, is_repeat,
+        # the bytes and their UTF-8 marks (addresses taken once: they live with the trie)
+        self.arrays = (self.table, trie.token_offsets, self.is_repeat, trie.runs.data,
+                       trie.runs.utf8_break, trie.runs.utf8_tail)
+        self.addresses = tuple(a.ctypes.data for a in self.arrays)
 
 
 class RunBreaks:
@@ -529,6 +586,14 @@ class RunBreaks:
         self._mostly_whole: Dict[LoopKey, bool] = {}
         self._lock = threading.Lock()
         self._utf8: Optional[Tuple[np.ndarray, np.ndarray]] = None
+        self._addresses: Optional[Tuple[int, int, int]] = None  # ``addresses``
+
+    def addresses(self) -> Tuple[int, int, int]:
+        """Where the C walks read the bytes and their UTF-8 marks (taken once)."""
+        if self._addresses is None:
+            self._addresses = tuple(a.ctypes.data for a in (self.data, self.utf8_break,
+                                                            self.utf8_tail))
+        return self._addresses
 
     @property
     def utf8_break(self) -> np.ndarray:
@@ -747,31 +812,29 @@ def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray)
                                                nodes[whole], pending))
                 stay = ~whole
                 nodes, states, origin = nodes[stay], states[stay], origin[stay]
-            kernel = _trie_kernel()
-            if kernel is not None:  # the levels below in C
+        kernel = _trie_kernel() if d == 2 else None
+        looping = walk.skip_ids[states] != NO_LOOP if d >= RUNS_FROM_LEVEL else None
+        if looping is not None and looping.any() and kernel is None:
+            lo, hi = trie.subtree(d, nodes[looping])
+            _walk_tokens(trie, origin[looping], states[looping], lo, hi, d, pending)
+            stay = ~looping
+            nodes, states, origin, looping = nodes[stay], states[stay], origin[stay], None
+        if d == 2 and len(nodes):
+            # an origin alive on much of this level walks the levels below whole (numpy);
+            # the other prefixes go on in C where it is built (the looping ones to runs there)
+            sparse = np.ones(len(nodes), bool) if looping is None else ~looping
+            dense_origins, to_dense = _dense_origins(trie, len(starts), origin, nodes, sparse, d)
+            if len(dense_origins):
+                dense_states = np.zeros((len(dense_origins), len(trie.level_byte[d])), np.int32)
+                dense_states[to_dense[0], nodes[to_dense[1]]] = states[to_dense[1]]
+                stay = np.ones(len(nodes), bool)
+                stay[to_dense[1]] = False
+                nodes, states, origin = nodes[stay], states[stay], origin[stay]
+                found.extend(_walk_dense(walk, trie, dense_origins, dense_states, d + 1))
+            if kernel is not None:
                 found.extend(_walk_below_native(kernel, walk, trie, origin, nodes, states, d,
                                                 pending))
                 break
-        if d >= RUNS_FROM_LEVEL:
-            to_runs = walk.skip_ids[states] != NO_LOOP
-            if to_runs.any():
-                lo, hi = trie.subtree(d, nodes[to_runs])
-                _walk_tokens(trie, origin[to_runs], states[to_runs], lo, hi, d, pending)
-                stay = ~to_runs
-                nodes, states, origin = nodes[stay], states[stay], origin[stay]
-        if d == 2 and len(nodes):
-            level_size = len(trie.level_byte[d])
-            per_origin = np.bincount(origin, minlength=len(starts))
-            dense_origins = np.flatnonzero(per_origin > DENSE_FRACTION * level_size)
-            if len(dense_origins):
-                row_of = np.full(len(starts), -1, np.int64)
-                row_of[dense_origins] = np.arange(len(dense_origins))
-                rows = row_of[origin]
-                to_dense = rows >= 0
-                dense_states = np.zeros((len(dense_origins), level_size), np.int32)
-                dense_states[rows[to_dense], nodes[to_dense]] = states[to_dense]
-                nodes, states, origin = nodes[~to_dense], states[~to_dense], origin[~to_dense]
-                found.extend(_walk_dense(walk, trie, dense_origins, dense_states, d + 1))
     found.extend(pending.walk(walk, trie.runs))
     return found
 
@@ -883,8 +946,8 @@ def _walk_runs(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarray,
     kernel = _pair_kernel()
     if kernel is None:
         return _walk_runs_numpy(walk, runs, origin, tokens, state, position, end)
-    return _walk_native(kernel, walk, runs.data, runs.utf8_break, runs.utf8_tail, origin,
-                        tokens, state, position, end, use_runs=True)
+    return _walk_native(kernel, walk, runs.data, runs.addresses(), origin, tokens, state,
+                        position, end, use_runs=True)
 
 
 # gxg_walk_pairs (csrc/vocab_walk.c): its arguments (n, twelve arrays, use_runs) and outcomes
@@ -897,27 +960,32 @@ def _pair_kernel():
     return native.function("vocab_walk.c", "gxg_walk_pairs", WALK_PAIRS_ARGS)
 
 
-def _walk_native(kernel, walk, data: np.ndarray, utf8_break: np.ndarray,
-                 utf8_tail: np.ndarray, origin: np.ndarray, tokens: np.ndarray,
-                 state: np.ndarray, position: np.ndarray, end: np.ndarray, use_runs: bool):
+def _walk_native(kernel, walk, data: np.ndarray, byte_addresses: Tuple[int, int, int],
+                 origin: np.ndarray, tokens: np.ndarray, state: np.ndarray,
+                 position: np.ndarray, end: np.ndarray, use_runs: bool):
     """Pairs walked by ``gxg_walk_pairs`` (csrc/vocab_walk.c), skipping runs when
-    ``use_runs`` (the byte tables then those of the vocabulary's ``RunBreaks``): each pair is
-    walked to its end in C with the tables as they are; a pair that needs a transition not
-    computed yet, or that met a state looping for the first time, stops there, and is walked
-    again once the table has it (``transitions``, ``note_loops``: the Python steps, for all
-    such pairs at once). Yields (origin, token, final state) as ``_walk_runs`` does. The
-    caller holds the walk (one walk at a time), so the tables passed stay valid."""
-    state = np.array(state, dtype=np.int32)  # own copies: the kernel moves them in place
-    position = np.array(position, dtype=np.int64)
-    end = np.ascontiguousarray(end, dtype=np.int64)
-    while len(tokens):
+    ``use_runs`` (``byte_addresses``: the addresses of ``data`` and of its UTF-8 marks, those
+    of the vocabulary's ``RunBreaks``): each pair is walked to its end in C with the tables as
+    they are; a pair that needs a transition not computed yet, or that met a state looping for
+    the first time, stops there, and is walked again once the table has it (``transitions``,
+    ``note_loops``: the Python steps, for all such pairs at once). Yields (origin, token, final
+    state) as ``_walk_runs`` does. The caller holds the walk (one walk at a time), so the
+    tables passed stay valid."""
+    n = len(tokens)
+    arrays = []  # the kernel moves state and position in place: copies, in reused buffers
+    for name, values, dtype in (("pair_state", state, np.int32),
+                                ("pair_position", position, np.int64),
+                                ("pair_end", end, np.int64), ("pair_status", None, np.uint8)):
+        buffer, address = c_buffers().get(name, n, dtype)
+        if values is not None:
+            np.copyto(buffer[:n], values, casting="unsafe")
+        arrays.append((buffer[:n], address))
+    (state, state_at), (position, position_at), (end, end_at), (status, status_at) = arrays
+    del arrays
+    while n:
         compile_budget.check("the vocabulary walk")
-        status = np.empty(len(tokens), np.uint8)
-        loop_bytes, loop_utf8 = walk.loop_tables()
-        kernel(len(tokens), state.ctypes.data, position.ctypes.data, end.ctypes.data,
-               status.ctypes.data, walk._transition.ctypes.data, walk.skip_ids.ctypes.data,
-               walk._loop_checked.ctypes.data, loop_bytes.ctypes.data, loop_utf8.ctypes.data,
-               data.ctypes.data, utf8_break.ctypes.data, utf8_tail.ctypes.data, int(use_runs))
+        kernel(n, state_at, position_at, end_at, status_at, *walk.c_tables(), *byte_addresses,
+               int(use_runs))
         finished = np.flatnonzero(status == WALK_FINISHED)
         if len(finished):
             yield origin[finished], tokens[finished], state[finished].astype(np.intp)
@@ -931,12 +999,16 @@ def _walk_native(kernel, walk, data: np.ndarray, utf8_break: np.ndarray,
             walk.transitions(state[unknown], data[position[unknown]])
         if not unknown.all():
             walk.note_loops(state[~unknown])
+        n = len(tokens)
+        state_at, position_at, end_at, status_at = (
+            a.ctypes.data for a in (state, position, end, status))
 
 
 # gxg_walk_trie (csrc/vocab_walk.c): its arguments, item kinds and the rows of its trie table
 WALK_TRIE_ARGS = ((ctypes.c_int64,) + (ctypes.c_void_p,) * 5 + (ctypes.c_int64,)
                   + (ctypes.c_void_p,) * 10 + (ctypes.c_int32,) + (ctypes.c_void_p,) * 17)
-ITEM_ARRIVED, ITEM_EXPAND, ITEM_UNKNOWN, ITEM_NEW_LOOP = range(4)
+ITEM_ARRIVED, ITEM_FOUND, ITEM_UNKNOWN, ITEM_NEW_LOOP = range(4)
+ITEM_DTYPES = (np.int64, np.int32, np.int32, np.uint8)  # an item: origin, node, state, kind
 C_STACK_ROOM: Optional[int] = None  # the C trie walk's stack (None: room for the deepest walk)
 TRIE_BYTE = FlatTrie.ROWS.index("byte")
 
@@ -950,38 +1022,37 @@ def _walk_below_native(kernel, walk, trie: TokenTrie, origin: np.ndarray, nodes:
                        states: np.ndarray, depth: int, pending: "_PendingRuns"):
     """The trie below prefixes of length ``depth`` (positions ``nodes`` of that level, reached
     in ``states``; their own tokens found already), walked by ``gxg_walk_trie``: depth first
-    in C with the tables as they are. An item that needs a transition not computed yet, or a
+    in C with the tables as they are (below a looping prefix, its tokens as pair walks). An item that needs a transition not computed yet, or a
     state's loops, waits; the Python steps (``transitions``, ``note_loops``) run for all of
     them at once, and the next call goes on from there. Pairs whose walk below a looping
     prefix stopped go to ``pending``. Yields (origin, token, state) parts, as
     ``walk_trie_parts``' levels do."""
-    flat, runs = trie.flat(), trie.runs
+    flat, buffers = trie.flat(), c_buffers()
     items = (np.asarray(origin, np.int64), (flat.offset[depth] + nodes).astype(np.int32),
-             np.asarray(states, np.int32), np.full(len(nodes), ITEM_EXPAND, np.uint8))
+             np.asarray(states, np.int32), np.full(len(nodes), ITEM_FOUND, np.uint8))
     # <= 256 children pushed per level; at least 256 (an item's children), or no progress
     stack_capacity = max(256, C_STACK_ROOM or 256 * (trie.max_depth + 2))
     room = trie.num_tokens + 1  # what one item can add: its token and the tokens below it
+    stack = tuple(buffers.get(f"stack_{k}", stack_capacity, dtype)[1]
+                  for k, dtype in enumerate(ITEM_DTYPES))
+    sizes, sizes_at = buffers.get("sizes", 3, np.int64)
+    capacity, capacity_at = buffers.get("capacity", 4, np.int64)
     while len(items[0]):
         compile_budget.check("the vocabulary walk")
-        capacity = np.array([room, 2 * stack_capacity + len(items[0]) + 512, room,
-                             stack_capacity], np.int64)
-        sizes = np.zeros(3, np.int64)
-        found = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int32))
-        blocked = tuple(np.empty(capacity[1], dtype)
-                        for dtype in (np.int64, np.int32, np.int32, np.uint8))
-        pairs = (np.empty(room, np.int64), np.empty(room, np.int64), np.empty(room, np.int32),
-                 np.empty(room, np.int64))
-        stack = tuple(np.empty(stack_capacity, dtype)
-                      for dtype in (np.int64, np.int32, np.int32, np.uint8))
-        loop_bytes, loop_utf8 = walk.loop_tables()
-        kernel(len(items[0]), *(a.ctypes.data for a in items), flat.table.ctypes.data,
-               flat.num_nodes, trie.token_offsets.ctypes.data, flat.is_repeat.ctypes.data,
-               walk._transition.ctypes.data, walk.skip_ids.ctypes.data,
-               walk._loop_checked.ctypes.data, loop_bytes.ctypes.data, loop_utf8.ctypes.data,
-               runs.data.ctypes.data, runs.utf8_break.ctypes.data, runs.utf8_tail.ctypes.data,
-               RUNS_FROM_LEVEL, capacity.ctypes.data, sizes.ctypes.data,
-               *(a.ctypes.data for a in found + blocked + pairs + stack))
-        num_found, num_blocked, num_pairs = sizes.tolist()
+        blocked_capacity = 2 * stack_capacity + len(items[0]) + 512
+        capacity[:4] = (room, blocked_capacity, room, stack_capacity)
+        found = [buffers.get(f"found_{k}", room, dtype)
+                 for k, dtype in enumerate((np.int64, np.int64, np.int32))]
+        pairs = [buffers.get(f"pairs_{k}", room, dtype)
+                 for k, dtype in enumerate((np.int64, np.int64, np.int32, np.int64))]
+        blocked = [buffers.get(f"blocked_{k}", blocked_capacity, dtype)
+                   for k, dtype in enumerate(ITEM_DTYPES)]
+        kernel(len(items[0]), *(a.ctypes.data for a in items), flat.addresses[0],
+               flat.num_nodes, *flat.addresses[1:3], *walk.c_tables(), *flat.addresses[3:],
+               RUNS_FROM_LEVEL, capacity_at, sizes_at,
+               *(address for _, address in found + blocked + pairs), *stack)
+        found, pairs, blocked = ([array for array, _ in kept] for kept in (found, pairs, blocked))
+        num_found, num_blocked, num_pairs = sizes[:3].tolist()
         if num_found:
             yield found[0][:num_found], found[1][:num_found], found[2][:num_found]
         if num_pairs:
@@ -1003,6 +1074,8 @@ def _walk_below_native(kernel, walk, trie: TokenTrie, origin: np.ndarray, nodes:
             kinds[new_loops] = ITEM_ARRIVED
         alive = np.flatnonzero(states != DEAD)
         items = (origin[alive], nodes[alive], states[alive], kinds[alive])
+        # nothing here refers to this call's buffers any more: the next call may reuse them
+        del found, pairs, blocked, origin, nodes, states, kinds
 
 
 def _walk_runs_numpy(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarray,
@@ -1042,6 +1115,23 @@ def _walk_runs_numpy(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarr
         if len(alive) < len(state):
             tokens, origin, state = tokens[alive], origin[alive], state[alive]
             position, end = position[alive], end[alive]
+
+
+def _dense_origins(trie: TokenTrie, num_starts: int, origin: np.ndarray, nodes: np.ndarray,
+                   candidates: np.ndarray, depth: int) -> Tuple[np.ndarray, Tuple[np.ndarray,
+                                                                                np.ndarray]]:
+    """The origins alive on more than DENSE_FRACTION of level ``depth`` among the
+    ``candidates`` (bool per live prefix), and which candidates are theirs: (row of the dense
+    origin, index of the prefix)."""
+    per_origin = np.bincount(origin[candidates], minlength=num_starts)
+    dense_origins = np.flatnonzero(per_origin > DENSE_FRACTION * len(trie.level_byte[depth]))
+    if not len(dense_origins):
+        return dense_origins, (dense_origins, dense_origins)
+    row_of = np.full(num_starts, -1, np.int64)
+    row_of[dense_origins] = np.arange(len(dense_origins))
+    rows = row_of[origin]
+    picked = np.flatnonzero(candidates & (rows >= 0))
+    return dense_origins, (rows[picked], picked)
 
 
 def _walk_dense(walk, trie: TokenTrie, origins: np.ndarray, states: np.ndarray, depth: int):
