@@ -95,14 +95,16 @@ void gxg_walk_pairs(int64_t n, int32_t* state, int64_t* position, const int64_t*
 //        from state, its parent's, is not computed yet), ITEM_NEW_LOOP (arrived at node in a
 //        state that the byte led back to itself, loops never asked for), and items of the
 //        other kinds left undone when a buffer could overflow (sizes[SIZE_*]: how many of each;
-//        capacity[SIZE_*]: the room of each output, capacity[CAPACITY_STACK] the stack's;
+//        capacity[SIZE_*]: the room of each output, capacity[CAPACITY_STACK] the stack's,
+//        capacity[CAPACITY_WORK] the items, children and pair walks one call may take before
+//        it leaves the rest undone (so that the caller checks its deadline between calls);
 //        every item given is either walked or among the blocked).
 //   Work: one transition read per live (origin, prefix) above the runs, one pair walk per
 //        token below a looping prefix; the stack holds at most 256 items per trie level.
 enum { ITEM_ARRIVED = 0, ITEM_FOUND = 1, ITEM_UNKNOWN = 2, ITEM_NEW_LOOP = 3 };
 enum { TRIE_CHILD_LO, TRIE_CHILD_HI, TRIE_BYTE, TRIE_TOKEN_END, TRIE_BELOW_LO, TRIE_BELOW_HI,
        TRIE_DEPTH, TRIE_ROWS };
-enum { SIZE_FOUND, SIZE_BLOCKED, SIZE_PAIRS, CAPACITY_STACK };
+enum { SIZE_FOUND, SIZE_BLOCKED, SIZE_PAIRS, CAPACITY_STACK, CAPACITY_WORK };
 
 typedef struct {
   int64_t* origin;
@@ -144,6 +146,7 @@ void gxg_walk_trie(int64_t num_items, const int64_t* item_origin, const int32_t*
   int64_t found = 0, pairs = 0, held = 0, top = 0;
   int64_t found_cap = capacity[SIZE_FOUND], blocked_cap = capacity[SIZE_BLOCKED];
   int64_t pair_cap = capacity[SIZE_PAIRS], stack_cap = capacity[CAPACITY_STACK];
+  int64_t work_left = capacity[CAPACITY_WORK];
   int64_t next = 0;  // the next given item
   int overflow = 0;
   while (!overflow && (top > 0 || next < num_items)) {
@@ -159,10 +162,12 @@ void gxg_walk_trie(int64_t num_items, const int64_t* item_origin, const int32_t*
     uint8_t kind = stack.kind[top];
     int32_t lo = child_lo[node], hi = child_hi[node];
     int64_t below = below_hi[node] - below_lo[node];
-    // room for everything this item can add, else it and all undone items wait
+    // room for everything this item can add, and work left, else it and all undone items
+    // wait (the first item of a call always goes: the caller gives room for one)
+    work_left -= 1 + (hi - lo) + below;
     if (found + 1 + below > found_cap || pairs + below > pair_cap ||
         held + (hi - lo) + top + 1 + (num_items - next) > blocked_cap ||
-        top + (hi - lo) > stack_cap) {
+        top + (hi - lo) > stack_cap || (work_left < 0 && (found > 0 || held > 0 || pairs > 0))) {
       ++top;
       overflow = 1;
       break;

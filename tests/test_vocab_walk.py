@@ -444,14 +444,16 @@ def test_the_c_walk_equals_the_numpy_walk(vocabulary, name, make_grammar, min_pa
     assert walks["1"] == walks["0"]
 
 
+@pytest.mark.parametrize("limit,value", [("C_STACK_ROOM", 256), ("C_WORK_PER_CALL", 1)])
 @pytest.mark.parametrize("name,make_grammar", GRAMMARS[:2], ids=[g[0] for g in GRAMMARS[:2]])
-def test_one_c_walk_from_every_node_at_once_equals_the_numpy_walks(name, make_grammar,
-                                                                     monkeypatch):
+def test_one_c_walk_from_every_node_at_once_equals_the_numpy_walks(name, make_grammar, limit,
+                                                                     value, monkeypatch):
     """All scannable nodes as the starts of one trie walk, with the C walk's stack cut to one
-    trie node's children: items outgrow it, wait, and the next call goes on; every (start,
-    token) ends where the numpy walk of that start alone ends."""
+    trie node's children, or its work per call to one item: items outgrow the call, wait, and
+    the next call goes on; every (start, token) ends where the numpy walk of that start alone
+    ends."""
     _native_or_skip()
-    monkeypatch.setattr(vocab_walk, "C_STACK_ROOM", 256)
+    monkeypatch.setattr(vocab_walk, limit, value)
     calls = []
     kernel = vocab_walk._trie_kernel()
     monkeypatch.setattr(vocab_walk, "_trie_kernel",

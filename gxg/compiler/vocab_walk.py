@@ -1010,6 +1010,9 @@ WALK_TRIE_ARGS = ((ctypes.c_int64,) + (ctypes.c_void_p,) * 5 + (ctypes.c_int64,)
 ITEM_ARRIVED, ITEM_FOUND, ITEM_UNKNOWN, ITEM_NEW_LOOP = range(4)
 ITEM_DTYPES = (np.int64, np.int32, np.int32, np.uint8)  # an item: origin, node, state, kind
 C_STACK_ROOM: Optional[int] = None  # the C trie walk's stack (None: room for the deepest walk)
+# the work of one gxg_walk_trie call (items, children, tokens below looping prefixes): ~10-30
+# ms, so that a long walk checks the compile budget between calls as the numpy levels do
+C_WORK_PER_CALL = 1 << 22
 TRIE_BYTE = FlatTrie.ROWS.index("byte")
 
 
@@ -1036,11 +1039,11 @@ def _walk_below_native(kernel, walk, trie: TokenTrie, origin: np.ndarray, nodes:
     stack = tuple(buffers.get(f"stack_{k}", stack_capacity, dtype)[1]
                   for k, dtype in enumerate(ITEM_DTYPES))
     sizes, sizes_at = buffers.get("sizes", 3, np.int64)
-    capacity, capacity_at = buffers.get("capacity", 4, np.int64)
+    capacity, capacity_at = buffers.get("capacity", 5, np.int64)
     while len(items[0]):
         compile_budget.check("the vocabulary walk")
         blocked_capacity = 2 * stack_capacity + len(items[0]) + 512
-        capacity[:4] = (room, blocked_capacity, room, stack_capacity)
+        capacity[:5] = (room, blocked_capacity, room, stack_capacity, C_WORK_PER_CALL)
         found = [buffers.get(f"found_{k}", room, dtype)
                  for k, dtype in enumerate((np.int64, np.int64, np.int32))]
         pairs = [buffers.get(f"pairs_{k}", room, dtype)
