@@ -16,6 +16,9 @@ Out: * ``VocabularyWalk``: configurations interned as small integers, with their
        lookup (``RunBreaks``), so such a walk costs a few passes instead of one per byte level
        (Qwen's trie is 128 levels deep, and a ``[ ]*`` rule keeps its all-spaces prefixes alive
        to the bottom).
+     * The same walks in C (csrc/vocab_walk.c, built by ``gxg.native``): the trie below its
+       second level and the pair walks, where a C compiler is found; numpy is the reference
+       and the fallback.
 
 The transition table and the loop sets of states are caches owned by the ``VocabularyWalk``
 (one per automaton and walker mode); they only grow. ``RunBreaks`` keeps, per vocabulary, the
@@ -498,7 +501,7 @@ class TokenTrie:
             self.level_end_positions.append(np.flatnonzero(self.level_token_end[d] >= 0))
 
     def flat(self) -> "FlatTrie":
-        """The trie as one table for the C walk (built on first use, ~0.1 s for Qwen's; the
+        """The trie as one table for the C walk (built on first use, ~30 ms for Qwen's; the
         same table from any thread)."""
         if self._flat is None:
             self._flat = FlatTrie(self)
@@ -772,6 +775,10 @@ def walk_trie_parts(walk: "VocabularyWalk", trie: TokenTrie, starts: np.ndarray)
     space prefix alone would hand over a third of Qwen's vocabulary, which the trie's next
     level mostly rejects at once.) The pairs handed over at every level, and a looping start's
     broken tokens, are walked together once the trie walk ends (``_PendingRuns``).
+
+    Where the C kernels are built (``gxg.native``), the sparse prefixes of level 2 and
+    everything below them are walked by ``gxg_walk_trie`` (``_walk_below_native``), and the
+    pending pairs by ``gxg_walk_pairs``: the same answer, without a numpy pass per level.
     """
     starts = np.asarray(starts, dtype=np.int32)
     origin = np.arange(len(starts), dtype=np.int64)
@@ -1025,11 +1032,11 @@ def _walk_below_native(kernel, walk, trie: TokenTrie, origin: np.ndarray, nodes:
                        states: np.ndarray, depth: int, pending: "_PendingRuns"):
     """The trie below prefixes of length ``depth`` (positions ``nodes`` of that level, reached
     in ``states``; their own tokens found already), walked by ``gxg_walk_trie``: depth first
-    in C with the tables as they are (below a looping prefix, its tokens as pair walks). An item that needs a transition not computed yet, or a
-    state's loops, waits; the Python steps (``transitions``, ``note_loops``) run for all of
-    them at once, and the next call goes on from there. Pairs whose walk below a looping
-    prefix stopped go to ``pending``. Yields (origin, token, state) parts, as
-    ``walk_trie_parts``' levels do."""
+    in C with the tables as they are (below a looping prefix, its tokens as pair walks). An
+    item that needs a transition not computed yet, or a state's loops, waits; the Python steps
+    (``transitions``, ``note_loops``) run for all of them at once, and the next call goes on
+    from there. Pairs whose walk below a looping prefix stopped go to ``pending``. Yields
+    (origin, token, state) parts, as ``walk_trie_parts``' levels do."""
     flat, buffers = trie.flat(), c_buffers()
     items = (np.asarray(origin, np.int64), (flat.offset[depth] + nodes).astype(np.int32),
              np.asarray(states, np.int32), np.full(len(nodes), ITEM_FOUND, np.uint8))
