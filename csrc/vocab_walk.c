@@ -10,7 +10,10 @@
 //        (DEAD = 0, UNKNOWN = -1: not computed yet), skip_ids[state] (a loop key, or NO_LOOP),
 //        loop_checked[state] (were its loops asked for), the loop keys' byte sets
 //        loop_bytes[key * 256 + byte] and whether every whole UTF-8 character loops too
-//        (loop_utf8[key]); the vocabulary's bytes and, per byte, utf8_break (a byte >= 0x80
+//        (loop_utf8[key]), and per key the address of its RunBreaks table (int32 [bytes + 1],
+//        the next break of every position) or 0 where it is not built (the run is then
+//        scanned byte by byte: the same answer); the vocabulary's bytes and, per byte,
+//        utf8_break (a byte >= 0x80
 //        outside every whole character of its token) and utf8_tail (a byte of a whole character
 //        other than its first); use_runs: 0 reads every byte (no skipping, no WALK_NEW_LOOP:
 //        for few pairs, where asking a state for its loops costs more than skipping saves).
@@ -41,14 +44,19 @@ enum { WALK_FINISHED = 0, WALK_DEAD = 1, WALK_UNKNOWN = 2, WALK_NEW_LOOP = 3 };
 static uint8_t walk_pair(int32_t* state, int64_t* position, int64_t e,
                          const int32_t* transition, const int32_t* skip_ids,
                          const uint8_t* loop_checked, const uint8_t* loop_bytes,
-                         const uint8_t* loop_utf8, const uint8_t* data,
-                         const uint8_t* utf8_break, const uint8_t* utf8_tail, int32_t use_runs) {
+                         const uint8_t* loop_utf8, const int64_t* break_tables,
+                         const uint8_t* data, const uint8_t* utf8_break,
+                         const uint8_t* utf8_tail, int32_t use_runs) {
   int32_t s = *state;
   int64_t p = *position;
   uint8_t outcome;
   for (;;) {
     int32_t key = use_runs ? skip_ids[s] : NO_LOOP;
-    if (key != NO_LOOP && p < e) {
+    const int32_t* breaks = key != NO_LOOP ? (const int32_t*)break_tables[key] : 0;
+    if (breaks && p < e) {  // the key's table: the next break in one read
+      int64_t q = breaks[p];
+      p = q < e ? q : e;
+    } else if (key != NO_LOOP && p < e) {
       const uint8_t* loops = loop_bytes + (int64_t)key * 256;
       if (loop_utf8[key]) {
         if (!utf8_tail[p])  // inside a whole character: its own break
@@ -73,11 +81,12 @@ static uint8_t walk_pair(int32_t* state, int64_t* position, int64_t e,
 void gxg_walk_pairs(int64_t n, int32_t* state, int64_t* position, const int64_t* end,
                     uint8_t* status, const int32_t* transition, const int32_t* skip_ids,
                     const uint8_t* loop_checked, const uint8_t* loop_bytes,
-                    const uint8_t* loop_utf8, const uint8_t* data, const uint8_t* utf8_break,
-                    const uint8_t* utf8_tail, int32_t use_runs) {
+                    const uint8_t* loop_utf8, const int64_t* break_tables, const uint8_t* data,
+                    const uint8_t* utf8_break, const uint8_t* utf8_tail, int32_t use_runs) {
   for (int64_t i = 0; i < n; ++i)
     status[i] = walk_pair(state + i, position + i, end[i], transition, skip_ids, loop_checked,
-                          loop_bytes, loop_utf8, data, utf8_break, utf8_tail, use_runs);
+                          loop_bytes, loop_utf8, break_tables, data, utf8_break, utf8_tail,
+                          use_runs);
 }
 
 // gxg_walk_trie: the token trie walked depth first from items (origin, trie node, state), as
@@ -126,7 +135,8 @@ void gxg_walk_trie(int64_t num_items, const int64_t* item_origin, const int32_t*
                    const int32_t* trie, int64_t trie_nodes, const int64_t* token_offsets,
                    const uint8_t* is_repeat, const int32_t* transition,
                    const int32_t* skip_ids, const uint8_t* loop_checked,
-                   const uint8_t* loop_bytes, const uint8_t* loop_utf8, const uint8_t* data,
+                   const uint8_t* loop_bytes, const uint8_t* loop_utf8,
+                   const int64_t* break_tables, const uint8_t* data,
                    const uint8_t* utf8_break, const uint8_t* utf8_tail, int32_t runs_from_depth,
                    const int64_t* capacity, int64_t* sizes,
                    int64_t* found_origin, int64_t* found_token, int32_t* found_state,
@@ -187,8 +197,8 @@ void gxg_walk_trie(int64_t num_items, const int64_t* item_origin, const int32_t*
           int32_t at = s;
           int64_t p = token_offsets[t] + depth;
           uint8_t outcome = walk_pair(&at, &p, token_offsets[t + 1], transition, skip_ids,
-                                      loop_checked, loop_bytes, loop_utf8, data, utf8_break,
-                                      utf8_tail, 1);
+                                      loop_checked, loop_bytes, loop_utf8, break_tables, data,
+                                      utf8_break, utf8_tail, 1);
           if (outcome == WALK_FINISHED) {
             found_origin[found] = origin;
             found_token[found] = t;

@@ -418,16 +418,20 @@ def _walked_configs(walk, trie, start):
                                                by_pairs[alive].tolist())})
 
 
+@pytest.mark.parametrize("break_tables", ["read", "scanned"])
 @pytest.mark.parametrize("min_pairs", [0, 1 << 30])  # pair walks skipping runs, or not
 @pytest.mark.parametrize("vocabulary", ["runs", "qwen"])
 @pytest.mark.parametrize("name,make_grammar", GRAMMARS + [LOOKAHEAD],
                          ids=[g[0] for g in GRAMMARS + [LOOKAHEAD]])
 def test_the_c_walk_equals_the_numpy_walk(vocabulary, name, make_grammar, min_pairs,
-                                          monkeypatch):
+                                          break_tables, monkeypatch):
     """csrc/vocab_walk.c (``gxg.native``) walks the pairs that the trie walk hands to runs
     and the pair walks: from every scannable node, every token ends in the configuration the
-    numpy walk (``GXG_NATIVE=0``) gives, and the same tokens die."""
+    numpy walk (``GXG_NATIVE=0``) gives, and the same tokens die; a run's end read off the
+    loop key's break table where it is built, or scanned byte by byte."""
     _native_or_skip()
+    if break_tables == "scanned":
+        monkeypatch.setattr(RunBreaks, "built_table", lambda self, key: None)
     monkeypatch.setattr(vocab_walk, "RUNS_MIN_PAIRS", min_pairs)
     monkeypatch.setattr(vocab_walk, "C_MIN_PAIRS", 0)  # the C pair walk however few the pairs
     info = _vocabulary(vocabulary)

@@ -278,14 +278,22 @@ class VocabularyWalk:
                 self.loop_bytes.append(row.copy())
             self.skip_ids[state] = index
 
-    def c_tables(self) -> Tuple[int, int, int, int, int]:
+    def c_tables(self, runs: Optional["RunBreaks"]) -> Tuple[int, ...]:
         """The addresses the C walks read the walk's tables at: transition, skip_ids,
-        loop_checked and ``loop_tables``' two arrays (taken again only when one of them was
-        replaced: the table grows by copies)."""
+        loop_checked, ``loop_tables``' two arrays, and an int64 array of the address of each
+        loop key's break table in ``runs`` (0 where none is built; taken again only when one
+        of them was replaced: the table grows by copies, keys and break tables come and go).
+        The break tables are referred to here, so one that ``runs`` evicts lives on."""
         arrays = (self._transition, self.skip_ids, self._loop_checked) + self.loop_tables()
+        breaks_key = (len(self.loop_keys), id(runs), -1 if runs is None else runs.version)
         kept = self._c_tables
-        if kept is None or any(a is not b for a, b in zip(arrays, kept[0])):
-            kept = self._c_tables = (arrays, tuple(a.ctypes.data for a in arrays))
+        if kept is None or kept[2] != breaks_key or any(a is not b
+                                                         for a, b in zip(arrays, kept[0])):
+            tables = [None if runs is None else runs.built_table(key) for key in self.loop_keys]
+            pointers = np.array([0 if t is None else t.ctypes.data for t in tables] or [0],
+                                dtype=np.int64)
+            kept = self._c_tables = (arrays, tuple(a.ctypes.data for a in arrays)
+                                     + (pointers.ctypes.data,), breaks_key, tables, pointers)
         return kept[1]
 
     def loop_tables(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -384,8 +392,9 @@ class VocabularyWalk:
                 data, byte_addresses = self.runs.data, self.runs.addresses()
             else:  # the UTF-8 marks are not read
                 data, byte_addresses = self.token_bytes, (self._token_bytes_at,) * 3
-            reached_by = _walk_native(kernel, self, data, byte_addresses, live, walked,
-                                      final[live], self.token_offsets[walked],
+            reached_by = _walk_native(kernel, self, self.runs if use_runs else None, data,
+                                      byte_addresses, live, walked, final[live],
+                                      self.token_offsets[walked],
                                       self.token_offsets[walked + 1], use_runs)
             final[live] = DEAD  # unless the walk reaches the token's end
             for pairs, _, reached in reached_by:
@@ -590,6 +599,12 @@ class RunBreaks:
         self._lock = threading.Lock()
         self._utf8: Optional[Tuple[np.ndarray, np.ndarray]] = None
         self._addresses: Optional[Tuple[int, int, int]] = None  # ``addresses``
+        self.version = 0  # counts the tables built and evicted (``built_table``'s readers)
+
+    def built_table(self, key: LoopKey) -> Optional[np.ndarray]:
+        """``table(key)`` if it is built (kept), else None; builds nothing."""
+        with self._lock:
+            return self._tables.get(key)
 
     def addresses(self) -> Tuple[int, int, int]:
         """Where the C walks read the bytes and their UTF-8 marks (taken once)."""
@@ -644,6 +659,7 @@ class RunBreaks:
             while len(self._tables) > self.MAX_TABLES:
                 evicted, _ = self._tables.popitem(last=False)
                 self._whole.pop(evicted, None)
+            self.version += 1
         return table
 
     def whole_tokens(self, key: LoopKey, trie: "TokenTrie"
@@ -953,12 +969,12 @@ def _walk_runs(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarray,
     kernel = _pair_kernel()
     if kernel is None:
         return _walk_runs_numpy(walk, runs, origin, tokens, state, position, end)
-    return _walk_native(kernel, walk, runs.data, runs.addresses(), origin, tokens, state,
-                        position, end, use_runs=True)
+    return _walk_native(kernel, walk, runs, runs.data, runs.addresses(), origin, tokens,
+                        state, position, end, use_runs=True)
 
 
-# gxg_walk_pairs (csrc/vocab_walk.c): its arguments (n, twelve arrays, use_runs) and outcomes
-WALK_PAIRS_ARGS = (ctypes.c_int64,) + (ctypes.c_void_p,) * 12 + (ctypes.c_int32,)
+# gxg_walk_pairs (csrc/vocab_walk.c): its arguments (n, 13 arrays, use_runs) and outcomes
+WALK_PAIRS_ARGS = (ctypes.c_int64,) + (ctypes.c_void_p,) * 13 + (ctypes.c_int32,)
 WALK_FINISHED, WALK_DEAD, WALK_UNKNOWN, WALK_NEW_LOOP = range(4)
 
 
@@ -967,12 +983,12 @@ def _pair_kernel():
     return native.function("vocab_walk.c", "gxg_walk_pairs", WALK_PAIRS_ARGS)
 
 
-def _walk_native(kernel, walk, data: np.ndarray, byte_addresses: Tuple[int, int, int],
-                 origin: np.ndarray, tokens: np.ndarray, state: np.ndarray,
-                 position: np.ndarray, end: np.ndarray, use_runs: bool):
+def _walk_native(kernel, walk, runs: Optional[RunBreaks], data: np.ndarray,
+                 byte_addresses: Tuple[int, int, int], origin: np.ndarray, tokens: np.ndarray,
+                 state: np.ndarray, position: np.ndarray, end: np.ndarray, use_runs: bool):
     """Pairs walked by ``gxg_walk_pairs`` (csrc/vocab_walk.c), skipping runs when
-    ``use_runs`` (``byte_addresses``: the addresses of ``data`` and of its UTF-8 marks, those
-    of the vocabulary's ``RunBreaks``): each pair is walked to its end in C with the tables as
+    ``use_runs`` (``runs``: the vocabulary's ``RunBreaks``, whose break tables are read where
+    built; ``byte_addresses``: the addresses of ``data`` and of its UTF-8 marks): each pair is walked to its end in C with the tables as
     they are; a pair that needs a transition not computed yet, or that met a state looping for
     the first time, stops there, and is walked again once the table has it (``transitions``,
     ``note_loops``: the Python steps, for all such pairs at once). Yields (origin, token, final
@@ -991,8 +1007,8 @@ def _walk_native(kernel, walk, data: np.ndarray, byte_addresses: Tuple[int, int,
     del arrays
     while n:
         compile_budget.check("the vocabulary walk")
-        kernel(n, state_at, position_at, end_at, status_at, *walk.c_tables(), *byte_addresses,
-               int(use_runs))
+        kernel(n, state_at, position_at, end_at, status_at, *walk.c_tables(runs),
+               *byte_addresses, int(use_runs))
         finished = np.flatnonzero(status == WALK_FINISHED)
         if len(finished):
             yield origin[finished], tokens[finished], state[finished].astype(np.intp)
@@ -1013,7 +1029,7 @@ def _walk_native(kernel, walk, data: np.ndarray, byte_addresses: Tuple[int, int,
 
 # gxg_walk_trie (csrc/vocab_walk.c): its arguments, item kinds and the rows of its trie table
 WALK_TRIE_ARGS = ((ctypes.c_int64,) + (ctypes.c_void_p,) * 5 + (ctypes.c_int64,)
-                  + (ctypes.c_void_p,) * 10 + (ctypes.c_int32,) + (ctypes.c_void_p,) * 17)
+                  + (ctypes.c_void_p,) * 11 + (ctypes.c_int32,) + (ctypes.c_void_p,) * 17)
 ITEM_ARRIVED, ITEM_FOUND, ITEM_UNKNOWN, ITEM_NEW_LOOP = range(4)
 ITEM_DTYPES = (np.int64, np.int32, np.int32, np.uint8)  # an item: origin, node, state, kind
 C_STACK_ROOM: Optional[int] = None  # the C trie walk's stack (None: room for the deepest walk)
@@ -1058,7 +1074,8 @@ def _walk_below_native(kernel, walk, trie: TokenTrie, origin: np.ndarray, nodes:
         blocked = [buffers.get(f"blocked_{k}", blocked_capacity, dtype)
                    for k, dtype in enumerate(ITEM_DTYPES)]
         kernel(len(items[0]), *(a.ctypes.data for a in items), flat.addresses[0],
-               flat.num_nodes, *flat.addresses[1:3], *walk.c_tables(), *flat.addresses[3:],
+               flat.num_nodes, *flat.addresses[1:3], *walk.c_tables(trie.runs),
+               *flat.addresses[3:],
                RUNS_FROM_LEVEL, capacity_at, sizes_at,
                *(address for _, address in found + blocked + pairs), *stack)
         found, pairs, blocked = ([array for array, _ in kept] for kept in (found, pairs, blocked))
