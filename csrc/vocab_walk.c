@@ -13,9 +13,8 @@
 //        (loop_utf8[key]), and per key the address of its RunBreaks table (int32 [bytes + 1],
 //        the next break of every position) or 0 where it is not built (the run is then
 //        scanned byte by byte: the same answer); the vocabulary's bytes and, per byte,
-//        utf8_break (a byte >= 0x80
-//        outside every whole character of its token) and utf8_tail (a byte of a whole character
-//        other than its first); use_runs: 0 reads every byte (no skipping, no WALK_NEW_LOOP:
+//        utf8_break (a byte >= 0x80 outside every whole character of its token) and utf8_tail
+//        (a byte of a whole character other than its first); use_runs: 0 reads every byte (no skipping, no WALK_NEW_LOOP:
 //        for few pairs, where asking a state for its loops costs more than skipping saves).
 //   Out: per pair, in place, its state and position where it stopped, and status[i]:
 //        WALK_FINISHED  the token's end reached: state is the final state;
@@ -24,9 +23,8 @@
 //                       caller computes it and walks the pair again from there;
 //        WALK_NEW_LOOP  the last byte led the state back to itself and its loops were never
 //                       asked for: the caller asks (note_loops) and walks the pair again.
-//   Work: per pair, one table read per byte outside a run and one byte-set test per byte
-//        inside one (a run is skipped byte by byte here: tokens are short, and a test costs
-//        less than the numpy walk's gather from a per-key table of the whole vocabulary).
+//   Work: per pair, one transition read per byte outside a run; per run, one read of its
+//        key's break table, or (no table built) one byte-set test per byte of the run.
 //   Invariant: a pair's answer equals the numpy walk's (vocab_walk._walk_runs): at every
 //        position, first the run of its state's loop set is skipped to its first break (a
 //        position inside a whole character is its own break: runs start at character
@@ -159,7 +157,7 @@ void gxg_walk_trie(int64_t num_items, const int64_t* item_origin, const int32_t*
   int64_t work_left = capacity[CAPACITY_WORK];
   int64_t next = 0;  // the next given item
   int overflow = 0;
-  while (!overflow && (top > 0 || next < num_items)) {
+  while (top > 0 || next < num_items) {
     if (top == 0) {
       put_item(&stack, 0, item_origin[next], item_node[next], item_state[next],
                item_kind[next]);
@@ -182,38 +180,35 @@ void gxg_walk_trie(int64_t num_items, const int64_t* item_origin, const int32_t*
       overflow = 1;
       break;
     }
-    int32_t token = token_end[node];
+    int32_t token = token_end[node], depth = depth_of[node];
     if (kind == ITEM_ARRIVED && token >= 0) {
       found_origin[found] = origin;
       found_token[found] = token;
       found_state[found] = s;
       ++found;
     }
-    {
-      int32_t depth = depth_of[node];
-      if (depth >= runs_from_depth && skip_ids[s] != NO_LOOP) {
-        for (int64_t t = below_lo[node]; t < below_hi[node]; ++t) {
-          if (is_repeat[t]) continue;
-          int32_t at = s;
-          int64_t p = token_offsets[t] + depth;
-          uint8_t outcome = walk_pair(&at, &p, token_offsets[t + 1], transition, skip_ids,
-                                      loop_checked, loop_bytes, loop_utf8, break_tables, data,
-                                      utf8_break, utf8_tail, 1);
-          if (outcome == WALK_FINISHED) {
-            found_origin[found] = origin;
-            found_token[found] = t;
-            found_state[found] = at;
-            ++found;
-          } else if (outcome != WALK_DEAD) {
-            pair_origin[pairs] = origin;
-            pair_token[pairs] = t;
-            pair_state[pairs] = at;
-            pair_position[pairs] = p;
-            ++pairs;
-          }
+    if (depth >= runs_from_depth && skip_ids[s] != NO_LOOP) {  // the tokens below: pair walks
+      for (int64_t t = below_lo[node]; t < below_hi[node]; ++t) {
+        if (is_repeat[t]) continue;
+        int32_t at = s;
+        int64_t p = token_offsets[t] + depth;
+        uint8_t outcome = walk_pair(&at, &p, token_offsets[t + 1], transition, skip_ids,
+                                    loop_checked, loop_bytes, loop_utf8, break_tables, data,
+                                    utf8_break, utf8_tail, 1);
+        if (outcome == WALK_FINISHED) {
+          found_origin[found] = origin;
+          found_token[found] = t;
+          found_state[found] = at;
+          ++found;
+        } else if (outcome != WALK_DEAD) {
+          pair_origin[pairs] = origin;
+          pair_token[pairs] = t;
+          pair_state[pairs] = at;
+          pair_position[pairs] = p;
+          ++pairs;
         }
-        continue;
       }
+      continue;
     }
     // children pushed last first, so that they are taken in trie order
     for (int32_t c = hi - 1; c >= lo; --c) {

@@ -5,9 +5,9 @@ repeated tokens, by both of their ways (a table over the vocabulary, a search ov
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import random
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -132,27 +132,13 @@ def test_run_breaks_meet_their_definition(seed, utf8):
     np.testing.assert_array_equal(by_search, expected[:: 7])
 
 
-@contextlib.contextmanager
-def _numpy_only():
-    """The walks in numpy (``gxg.native`` off) inside the block."""
-    before = os.environ.get("GXG_NATIVE")
-    os.environ["GXG_NATIVE"] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["GXG_NATIVE"]
-        else:
-            os.environ["GXG_NATIVE"] = before
-
-
 def _final_states(walk, trie, start):
     """Token -> final state from ``start``, by the trie walk and byte by byte (in numpy)."""
     origin, tokens, final = walk_trie(walk, trie, np.array([start], dtype=np.int32))
     assert (origin == 0).all() and len(np.unique(tokens)) == len(tokens)
     by_trie = dict(zip(tokens.tolist(), final.tolist()))
     everything = np.flatnonzero(trie.token_lengths > 0)
-    with _numpy_only():
+    with mock.patch.dict(os.environ, {"GXG_NATIVE": "0"}):  # the walks in numpy
         by_bytes = walk.walk_pairs(np.full(len(everything), start, np.int32), everything)
     alive = by_bytes != DEAD
     return by_trie, dict(zip(everything[alive].tolist(), by_bytes[alive].tolist()))

@@ -882,8 +882,7 @@ class _PendingRuns:
             np.concatenate([c[k] for c in self.columns]) for k in range(5))
         self.columns = []
         # (fresh arrays: _walk_runs may move the positions in place)
-        return _walk_runs(walk, runs, origin, tokens, state.astype(np.intp, copy=False),
-                          position.astype(np.int64, copy=False), end)
+        return _walk_runs(walk, runs, origin, tokens, state, position, end)
 
 
 def _walk_tokens(trie: TokenTrie, origin: np.ndarray, states: np.ndarray,
@@ -967,8 +966,9 @@ def _walk_runs(walk, runs: RunBreaks, origin: np.ndarray, tokens: np.ndarray,
     survive. By the C kernel (``_walk_native``) where it is built, else in numpy
     (``_walk_runs_numpy``): the same pairs with the same final states."""
     kernel = _pair_kernel()
-    if kernel is None:
-        return _walk_runs_numpy(walk, runs, origin, tokens, state, position, end)
+    if kernel is None:  # (intp states index without a cast; int64 positions move in place)
+        return _walk_runs_numpy(walk, runs, origin, tokens, state.astype(np.intp, copy=False),
+                                position.astype(np.int64, copy=False), end)
     return _walk_native(kernel, walk, runs, runs.data, runs.addresses(), origin, tokens,
                         state, position, end, use_runs=True)
 
@@ -1011,7 +1011,7 @@ def _walk_native(kernel, walk, runs: Optional[RunBreaks], data: np.ndarray,
                *byte_addresses, int(use_runs))
         finished = np.flatnonzero(status == WALK_FINISHED)
         if len(finished):
-            yield origin[finished], tokens[finished], state[finished].astype(np.intp)
+            yield origin[finished], tokens[finished], state[finished]
         again = np.flatnonzero(status >= WALK_UNKNOWN)
         if not len(again):
             return
@@ -1084,7 +1084,7 @@ def _walk_below_native(kernel, walk, trie: TokenTrie, origin: np.ndarray, nodes:
             yield found[0][:num_found], found[1][:num_found], found[2][:num_found]
         if num_pairs:
             tokens = pairs[1][:num_pairs]
-            pending.add(pairs[0][:num_pairs], tokens, pairs[2][:num_pairs].astype(np.intp),
+            pending.add(pairs[0][:num_pairs], tokens, pairs[2][:num_pairs],
                         pairs[3][:num_pairs], trie.token_ends[tokens])
         origin, nodes, states, kinds = (a[:num_blocked] for a in blocked)
         unknown = np.flatnonzero(kinds == ITEM_UNKNOWN)
