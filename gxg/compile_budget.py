@@ -80,6 +80,20 @@ def check(stage: str, where: Optional[str] = None) -> None:
         courtesy[1] = time.monotonic()
     current = _DEADLINE.get()
     if current is not None and time.monotonic() > current[0]:
-        place = stage if where is None else f"{stage}, at {where}"
-        raise CompileTimeoutError(f"compilation stopped by compile_timeout={current[1]:g} s "
-                                  f"(in {place})")
+        raise timed_out(stage, where)
+
+
+def seconds_left() -> Optional[float]:
+    """Seconds before the current deadline (0 once past it), None without one: for work that
+    watches the clock itself (the C kernels of ``gxg.native``)."""
+    current = _DEADLINE.get()
+    return None if current is None else max(current[0] - time.monotonic(), 0.0)
+
+
+def timed_out(stage: str, where: Optional[str] = None) -> CompileTimeoutError:
+    """The error ``check`` raises past the deadline, for work that found it passed by its own
+    clock."""
+    current = _DEADLINE.get()
+    limit = f"{current[1]:g}" if current is not None else "?"
+    place = stage if where is None else f"{stage}, at {where}"
+    return CompileTimeoutError(f"compilation stopped by compile_timeout={limit} s (in {place})")

@@ -53,15 +53,16 @@ def library(name: str) -> Optional[ctypes.CDLL]:
         return _loaded[name]
 
 
-def function(name: str, symbol: str, argtypes: tuple) -> Optional[ctypes._CFuncPtr]:
-    """``symbol`` of ``library(name)`` with its argument types set (pointers as
+def function(name: str, symbol: str, argtypes: tuple,
+             restype=None) -> Optional[ctypes._CFuncPtr]:
+    """``symbol`` of ``library(name)`` with its argument and result types set (pointers as
     ``ctypes.c_void_p``, so 64-bit addresses pass whole), or None where ``library`` is."""
     found = library(name)
     if found is None:
         return None
     kernel = getattr(found, symbol)
     if kernel.argtypes is None:
-        kernel.restype = None
+        kernel.restype = restype
         kernel.argtypes = argtypes
     return kernel
 

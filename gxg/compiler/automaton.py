@@ -114,16 +114,23 @@ Construction (``build_automaton``)
    runtime keeps can therefore still complete, so "some live stack" means "viable prefix".
 4. Hopcroft minimisation per rule (node merging, paper section 3.4): finality, byte targets and
    reference targets must agree. Rules are never merged with each other.
+   Steps 2 and 4 of a grammar with no dead parts run in C (``csrc/automaton_build.c``:
+   ``_minimal_dfa``) where a C compiler is found, with the Python construction as reference and
+   fallback: one DFA, state for state, since both number the minimal DFA's states
+   breadth-first with each state's moves in letter order.
 5. Tables: global byte classes are the common refinement of every rule's coarsest byte
-   partition; nodes are numbered rule by rule, breadth-first from the rule's start node, so each
-   rule's nodes are contiguous and its start node comes first.
+   partition (in C too, where it is built: ``_c_byte_tables``); nodes are numbered rule by
+   rule, breadth-first from the rule's start node, so each rule's nodes are contiguous and its
+   start node comes first.
 6. Analyses: nullability and the epsilon-reachable positions of each rule (through nullable
    references), the left-recursion check on them, then FIRST sets in dependency order.
 """
 from __future__ import annotations
 
+import array
 import collections
 import contextlib
+import ctypes
 import functools
 import gc
 import threading
@@ -132,7 +139,7 @@ from typing import Dict, FrozenSet, List, Optional, Sequence as Seq, Tuple, Unio
 
 import numpy as np
 
-from gxg import compile_budget
+from gxg import compile_budget, native
 
 BUDGET_CHECK_EVERY = 1024  # rounds of a long loop between two checks of the compile deadline
 from gxg.grammar.ir import (
@@ -492,26 +499,21 @@ def _suffix_state(suffix: ByteRangeSequence, suffix_state: Dict[ByteRangeSequenc
 
 
 class _Nfa:
-    """Thompson NFA of one rule: state 0 starts, state 1 accepts."""
+    """Thompson NFA of one rule: state 0 starts, state 1 accepts. Edges are flat int lists, in
+    the order they were added (what the C construction reads as it is): byte edges (source, lo,
+    hi, target), reference edges (source, rule, target), epsilon edges (source, target)."""
 
-    __slots__ = ("byte_edges", "ref_edges", "epsilon")
+    __slots__ = ("byte_edges", "ref_edges", "epsilon", "num_states")
 
     def __init__(self) -> None:
-        self.byte_edges: List[List[Tuple[int, int, int]]] = []  # (lo, hi, target)
-        self.ref_edges: List[List[Tuple[int, int]]] = []  # (rule id, target)
-        self.epsilon: List[List[int]] = []
-        self.new_state()
-        self.new_state()
-
-    @property
-    def num_states(self) -> int:
-        return len(self.epsilon)
+        self.byte_edges: List[int] = []
+        self.ref_edges: List[int] = []
+        self.epsilon: List[int] = []
+        self.num_states = 2
 
     def new_state(self) -> int:
-        self.byte_edges.append([])
-        self.ref_edges.append([])
-        self.epsilon.append([])
-        return len(self.epsilon) - 1
+        self.num_states += 1
+        return self.num_states - 1
 
 
 class _NfaBuilder:
@@ -614,22 +616,23 @@ class _NfaBuilder:
         if isinstance(expr, Literal):
             data = expr.data
             if not data:
-                nfa.epsilon[source].append(target)
+                nfa.epsilon += (source, target)
                 return
             state = source
             for index, byte in enumerate(data):
                 following = target if index == len(data) - 1 else nfa.new_state()
-                nfa.byte_edges[state].append((byte, byte, following))
+                nfa.byte_edges += (state, byte, byte, following)
                 state = following
         elif isinstance(expr, CharClass):
             fragment = self.fragment(expr)
             states = [source, target] + [nfa.new_state() for _ in range(fragment.num_inner)]
+            edges = nfa.byte_edges
             for origin, lo, hi, destination in fragment.edges:
-                nfa.byte_edges[states[origin]].append((lo, hi, states[destination]))
+                edges += (states[origin], lo, hi, states[destination])
         elif isinstance(expr, RuleRef):
-            nfa.ref_edges[source].append((self.rule_ids[expr.name], target))
+            nfa.ref_edges += (source, self.rule_ids[expr.name], target)
         elif isinstance(expr, TokenSet):
-            nfa.ref_edges[source].append((self.token_rule_ids[expr], target))
+            nfa.ref_edges += (source, self.token_rule_ids[expr], target)
         elif isinstance(expr, Sequence):
             state = source
             for index, item in enumerate(expr.items):
@@ -655,10 +658,8 @@ class _NfaBuilder:
                 todo.append((body, state, following))
                 state = following
             entry, back = nfa.new_state(), nfa.new_state()
-            nfa.epsilon[state].append(entry)
+            nfa.epsilon += (state, entry, back, entry, entry, target)
             todo.append((body, entry, back))
-            nfa.epsilon[back].append(entry)
-            nfa.epsilon[entry].append(target)
             return
         # high copies in a chain; after the low-th one, every boundary may skip to the end
         state = source
@@ -666,7 +667,7 @@ class _NfaBuilder:
             following = target if index == high else nfa.new_state()
             todo.append((body, state, following))
             if index - 1 >= low:
-                nfa.epsilon[state].append(target)
+                nfa.epsilon += (state, target)
             state = following
 
 
@@ -740,23 +741,49 @@ def _counter_rule_dfa() -> "_RuleDfa":
     return _RuleDfa(cuts=[0], moves=[{}], final=[True])
 
 
-@dataclass
 class _RuleDfa:
     """One rule's DFA; state 0 is the start. ``cuts`` are the first bytes of the rule's byte
-    intervals (interval k = cuts[k] .. cuts[k+1]-1, the last ends at 255)."""
+    intervals (interval k = cuts[k] .. cuts[k+1]-1, the last ends at 255). Its moves are held
+    as ``moves`` (per state: letter -> state), or as ``flat`` (``_FlatMoves``: what
+    ``_flatten`` reads, and what the C construction gives), or both; each is derived from the
+    other on first use. Equal DFAs have equal cuts, finality and moves."""
 
-    cuts: List[int]
-    moves: List[Dict[int, int]]  # per state: letter -> state
-    final: List[bool]
-    #: ``_flat_moves`` of a DFA whose moves no longer change (set on the rule DFA cache's
-    #: entries, which every later compile of the same body reads)
-    flat: Optional["_FlatMoves"] = field(default=None, compare=False)
-    #: a bounded run's (module docstring) per state: its twin state (-1: none) and its room
-    runs: Optional[Tuple[np.ndarray, np.ndarray]] = field(default=None, compare=False)
+    __slots__ = ("cuts", "final", "_moves", "_flat", "runs")
+
+    def __init__(self, cuts: List[int], moves: Optional[List[Dict[int, int]]], final: List[bool],
+                 flat: Optional["_FlatMoves"] = None,
+                 runs: Optional[Tuple[np.ndarray, np.ndarray]] = None):
+        self.cuts = cuts
+        self.final = final
+        self._moves = moves
+        self._flat = flat
+        #: a bounded run's (module docstring) per state: its twin state (-1: none) and its room
+        self.runs = runs
 
     @property
     def num_states(self) -> int:
         return len(self.final)
+
+    @property
+    def moves(self) -> List[Dict[int, int]]:
+        if self._moves is None:
+            self._moves = _moves_of(self._flat, self.num_states)
+        return self._moves
+
+    @property
+    def flat(self) -> "_FlatMoves":
+        """The moves flattened (kept: the rule DFA cache's entries are read by every later
+        compile of the same body, and their moves never change)."""
+        if self._flat is None:
+            self._flat = _flat_moves(self.moves)
+        return self._flat
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _RuleDfa) and (self.cuts, self.final, self.moves) == \
+            (other.cuts, other.final, other.moves)
+
+    def __repr__(self) -> str:
+        return f"_RuleDfa(cuts={self.cuts}, moves={self.moves}, final={self.final})"
 
 
 @dataclass(frozen=True)
@@ -767,13 +794,11 @@ class _FlatMoves:
     tokens: Tuple[Tuple[int, int], ...]      # (token node, target)
 
 
-def _flat_moves(dfa: _RuleDfa) -> _FlatMoves:
-    if dfa.flat is not None:
-        return dfa.flat
+def _flat_moves(moves: List[Dict[int, int]]) -> _FlatMoves:
     byte: List[int] = []
     refs: List[Tuple[int, int, int]] = []
     tokens: List[Tuple[int, int]] = []
-    for state, move in enumerate(dfa.moves):
+    for state, move in enumerate(moves):
         for letter, target in move.items():
             if letter == TOKEN_LETTER:
                 tokens.append((state, target))
@@ -785,33 +810,49 @@ def _flat_moves(dfa: _RuleDfa) -> _FlatMoves:
                       tuple(tokens))
 
 
+def _moves_of(flat: _FlatMoves, num_states: int) -> List[Dict[int, int]]:
+    """``_flat_moves`` backwards: each state's moves in letter order (as ``_minimise`` and the
+    C construction give them: references, then byte intervals, then the token letter)."""
+    listed = [(state, letter, target) for state, letter, target in flat.refs]
+    listed += map(tuple, flat.byte.tolist())
+    listed += [(state, TOKEN_LETTER, target) for state, target in flat.tokens]
+    listed.sort()
+    moves: List[Dict[int, int]] = [{} for _ in range(num_states)]
+    for state, letter, target in listed:
+        moves[state][letter] = target
+    return moves
+
+
 def _determinise(nfa: _Nfa, rule_name: str, budget: int, max_nodes: int) -> _RuleDfa:
-    """Subset construction over the rule's byte intervals and reference letters."""
-    cut_set = {0}
-    for edges in nfa.byte_edges:
-        for lo, hi, _ in edges:
-            cut_set.add(lo)
-            cut_set.add(hi + 1)
+    """Subset construction over the rule's byte intervals and reference letters (the Python
+    construction: the reference of ``_minimal_dfa``'s C one)."""
+    byte_edges, ref_edges = nfa.byte_edges, nfa.ref_edges
+    cut_set = set(byte_edges[1::4])
+    cut_set.update(hi + 1 for hi in byte_edges[2::4])
+    cut_set.add(0)
     cut_set.discard(256)
     cuts = sorted(cut_set)
     interval_of = {cut: index for index, cut in enumerate(cuts)}
     interval_of[256] = len(cuts)
     # Per NFA state, its edges grouped by letter (byte ranges expanded to intervals), once here
     # rather than once per subset that contains the state.
-    grouped: List[Dict[int, List[int]]] = []
-    for byte_edges, ref_edges in zip(nfa.byte_edges, nfa.ref_edges):
-        by_letter: Dict[int, List[int]] = {}
-        for lo, hi, target in byte_edges:
-            for interval in range(interval_of[lo], interval_of[hi + 1]):
-                bucket = by_letter.get(interval)
-                if bucket is None:
-                    by_letter[interval] = [target]
-                else:
-                    bucket.append(target)
-        for rule, target in ref_edges:
-            by_letter.setdefault(_ref_letter(rule), []).append(target)
-        grouped.append(by_letter)
-    epsilon = nfa.epsilon
+    grouped: List[Dict[int, List[int]]] = [{} for _ in range(nfa.num_states)]
+    for at in range(0, len(byte_edges), 4):
+        by_letter = grouped[byte_edges[at]]
+        target = byte_edges[at + 3]
+        first, stop = interval_of[byte_edges[at + 1]], interval_of[byte_edges[at + 2] + 1]
+        for interval in range(first, stop):
+            bucket = by_letter.get(interval)
+            if bucket is None:
+                by_letter[interval] = [target]
+            else:
+                bucket.append(target)
+    for at in range(0, len(ref_edges), 3):
+        grouped[ref_edges[at]].setdefault(_ref_letter(ref_edges[at + 1]), []).append(
+            ref_edges[at + 2])
+    epsilon: List[List[int]] = [[] for _ in range(nfa.num_states)]
+    for at in range(0, len(nfa.epsilon), 2):
+        epsilon[nfa.epsilon[at]].append(nfa.epsilon[at + 1])
     # A subset of one NFA state is that state's number, a larger one a frozenset: most subsets
     # are single states (459 k of 557 k over every 10th MaskBench file), and an int is
     # cheaper to build, hash and look up.
@@ -897,6 +938,66 @@ def _too_many_nodes(rule_name: str, budget: int, max_nodes: int) -> GrammarError
         f"before {rule_name!r} use {used}")
 
 
+def _minimal_dfa(nfa: _Nfa, num_refs: int, rule_name: str, budget: int,
+                 max_nodes: int) -> Tuple[_RuleDfa, int]:
+    """(the rule's minimal DFA, its subset count, which the node budget counts) of an NFA whose
+    references are numbered 0 .. num_refs - 1, by the C construction
+    (``csrc/automaton_build.c``) where it is built, else by ``_minimise(_determinise())``: the
+    same DFA, state for state. Raises GrammarError past the budget, CompileTimeoutError past
+    the compile's deadline."""
+    kernel = native.function("automaton_build.c", "gxg_rule_dfa", _RULE_DFA_ARGS,
+                             ctypes.c_void_p)
+    if kernel is not None:
+        built = _c_minimal_dfa(kernel, nfa, num_refs, rule_name, budget, max_nodes)
+        if built is not None:
+            return built
+    dfa = _determinise(nfa, rule_name, budget, max_nodes)
+    return _minimise(dfa), dfa.num_states
+
+
+_RULE_DFA_ARGS = (ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                  ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
+                  ctypes.c_int64, ctypes.c_double, ctypes.c_void_p)
+# gxg_rule_dfa's status codes (csrc/automaton_build.c); the others ask for the Python build
+_C_TOO_MANY, _C_OUT_OF_TIME = -1, -2
+_C_HEADER = 5  # the result's length, states, moves, cuts, subsets
+
+
+def _c_minimal_dfa(kernel, nfa: _Nfa, num_refs: int, rule_name: str, budget: int,
+                   max_nodes: int) -> Optional[Tuple[_RuleDfa, int]]:
+    edges = [array.array("i", nfa.byte_edges), array.array("i", nfa.ref_edges),
+             array.array("i", nfa.epsilon)]
+    byte, refs, epsilon = (part.buffer_info()[0] for part in edges)
+    status = (ctypes.c_int64 * 2)()
+    seconds = compile_budget.seconds_left()
+    pointer = kernel(nfa.num_states, byte, len(nfa.byte_edges) // 4, refs,
+                     len(nfa.ref_edges) // 3, num_refs, epsilon, len(nfa.epsilon) // 2,
+                     budget, -1.0 if seconds is None else seconds, status)
+    if not pointer:
+        if status[0] == _C_TOO_MANY:
+            raise _too_many_nodes(rule_name, budget, max_nodes)
+        if status[0] == _C_OUT_OF_TIME:
+            raise compile_budget.timed_out("the automaton", rule_name)
+        return None  # a subset that cannot complete, or no memory: the Python build
+    try:
+        length = ctypes.c_int32.from_address(pointer).value
+        result = np.ctypeslib.as_array((ctypes.c_int32 * length).from_address(pointer)).copy()
+    finally:
+        _free(pointer)
+    num_states, _, num_cuts, subsets = result[1:_C_HEADER].tolist()
+    at = _C_HEADER + num_cuts
+    cuts = result[_C_HEADER:at].tolist()
+    final = result[at:at + num_states].astype(bool).tolist()
+    moves = result[at + num_states:].reshape(-1, 3).astype(np.int64)
+    is_ref = moves[:, 1] < 0
+    flat = _FlatMoves(moves[~is_ref], tuple(map(tuple, moves[is_ref].tolist())), ())
+    return _RuleDfa(cuts, None, final, flat=flat), subsets
+
+
+def _free(pointer: int) -> None:
+    native.function("automaton_build.c", "gxg_free", (ctypes.c_void_p,))(pointer)
+
+
 # ----------------------------------------------------------------------------- dead parts
 
 
@@ -962,6 +1063,8 @@ def _prune_dead(dfas: List[_RuleDfa]) -> None:
                     if not live[base + target] or (letter < 0 and not productive[-letter - 1])]
             for letter in dead:
                 del move[letter]
+            if dead:
+                dfa._flat = None  # derived from the moves, which changed
 
 
 def _nothing_can_be_dead(bodies: List[Expr], rule_ids: Dict[str, int],
@@ -1016,9 +1119,10 @@ def _evaluate(root: Expr, leaf) -> bool:
 # ----------------------------------------------------------------------------- minimisation
 
 
-def _minimise(dfa: _RuleDfa, relettered: Optional[Dict[int, int]] = None) -> _RuleDfa:
-    """The minimal DFA of the states reachable from the start, numbered breadth-first; with
-    ``relettered``, its reference letters mapped through it (the rule DFA cache's numbering).
+def _minimise(dfa: _RuleDfa) -> _RuleDfa:
+    """The minimal DFA of the states reachable from the start, numbered breadth-first with each
+    state's moves taken in letter order (one numbering for equal languages, whatever the order
+    of the subset construction: the C construction gives the same one).
 
     All states reachable after pruning can complete (except a start state of a rule that derives
     nothing, which then has no edges), so equivalence is plain DFA equivalence with reference
@@ -1036,13 +1140,14 @@ def _minimise(dfa: _RuleDfa, relettered: Optional[Dict[int, int]] = None) -> _Ru
     new_moves: List[Dict[int, int]] = []
     for state in members:  # grows while iterating: breadth-first over representatives
         move = {}
-        for letter, target in moves[state].items():
+        items = moves[state].items()
+        for letter, target in (sorted(items) if len(items) > 1 else items):
             block = block_of[target]
             index = number.get(block)
             if index is None:
                 index = number[block] = len(members)
                 members.append(target)
-            move[letter if relettered is None or letter >= 0 else relettered[letter]] = index
+            move[letter] = index
         new_moves.append(move)
     return _RuleDfa(dfa.cuts, new_moves, [final[state] for state in members])
 
@@ -1226,7 +1331,7 @@ def _flatten(dfas: List[_RuleDfa], ref_letters: List[Optional[Dict[int, int]]]
     for dfa, letters in zip(dfas, ref_letters):
         rule_start.append(base)
         final.extend(dfa.final)
-        flat = _flat_moves(dfa)
+        flat = dfa.flat
         if len(flat.byte):
             chunks.append(flat.byte + np.array([base, interval_base, base], dtype=np.int64))
         for state, letter, target in flat.refs:
@@ -1251,7 +1356,9 @@ def _byte_tables(byte_edges: np.ndarray, rule_cuts: List[List[int]], num_nodes: 
     at most 256), built column-major; then fine intervals whose columns agree at every node
     (same target, or both absent) are merged into one class: the coarsest byte partition that
     no edge distinguishes. Grouping the columns' bytes in a dict is exact, and much faster than
-    ``np.unique(axis=...)``.
+    ``np.unique(axis=...)``. The C construction (``csrc/automaton_build.c``, where it is
+    built) gives the same tables without the dense table: each fine interval's column as a
+    list of its edges, hashed, equal lists compared.
     """
     fine_cuts = sorted({cut for cuts in rule_cuts for cut in cuts})
     num_fine = len(fine_cuts)
@@ -1261,6 +1368,11 @@ def _byte_tables(byte_edges: np.ndarray, rule_cuts: List[List[int]], num_nodes: 
     interval_stop = np.asarray([stop for cuts in rule_cuts for stop in cuts[1:] + [256]],
                                dtype=np.int64)
     interval_stop = np.append(fine_of_byte, num_fine)[interval_stop]
+    if len(byte_edges):
+        found = _c_byte_tables(byte_edges, interval_first, interval_stop, num_fine, num_nodes)
+        if found is not None:
+            fine_class, next_node = found
+            return fine_class[fine_of_byte].astype(np.uint8), next_node
     table = np.full((num_fine, num_nodes), -1, dtype=np.int32)  # [fine interval, node]
     if len(byte_edges):
         edges = byte_edges
@@ -1284,6 +1396,36 @@ def _byte_tables(byte_edges: np.ndarray, rule_cuts: List[List[int]], num_nodes: 
     next_node = np.ascontiguousarray(table[class_column].T)
     byte_class = fine_class[fine_of_byte].astype(np.uint8)
     return byte_class, next_node
+
+
+_BYTE_CLASSES_ARGS = (ctypes.c_int64,) + (ctypes.c_void_p,) * 3 + (ctypes.c_int64,
+                                                                    ctypes.c_void_p)
+_FILL_NEXT_NODE_ARGS = (ctypes.c_int64,) + (ctypes.c_void_p,) * 4 + (ctypes.c_int64,
+                                                                     ctypes.c_void_p)
+
+
+def _c_byte_tables(byte_edges: np.ndarray, interval_first: np.ndarray,
+                   interval_stop: np.ndarray, num_fine: int, num_nodes: int
+                   ) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """(class of each fine interval, next_node) by ``gxg_byte_classes``, or None (no C build,
+    or it asks for the numpy one)."""
+    classify = native.function("automaton_build.c", "gxg_byte_classes", _BYTE_CLASSES_ARGS,
+                               ctypes.c_int64)
+    if classify is None:
+        return None
+    edges = np.ascontiguousarray(byte_edges, dtype=np.int64)
+    first = np.ascontiguousarray(interval_first, dtype=np.int64)
+    stop = np.ascontiguousarray(interval_stop, dtype=np.int64)
+    fine_class = np.empty(num_fine, dtype=np.int64)
+    classes = classify(len(edges), edges.ctypes.data, first.ctypes.data, stop.ctypes.data,
+                       num_fine, fine_class.ctypes.data)
+    if classes <= 0:
+        return None
+    next_node = np.full((num_nodes, classes), -1, dtype=np.int32)
+    native.function("automaton_build.c", "gxg_fill_next_node", _FILL_NEXT_NODE_ARGS)(
+        len(edges), edges.ctypes.data, first.ctypes.data, stop.ctypes.data,
+        fine_class.ctypes.data, classes, next_node.ctypes.data)
+    return fine_class, next_node
 
 
 # ----------------------------------------------------------------------------- analyses
@@ -1615,8 +1757,9 @@ def clear_rule_dfa_cache() -> None:
         _rule_dfas.clear()
 
 
-def _body_key(body: Expr) -> Optional[Tuple[tuple, List[str]]]:
-    """(key, the referenced rules in first-use order) of a rule body: its expressions in
+def _body_key(body: Expr) -> Optional[Tuple[tuple, Dict[str, int]]]:
+    """(key, the referenced rules -> their first-use numbers, in that order) of a rule body: its
+    expressions in
     pre-order, a reference as -1 - its first-use number, and a compound expression met before
     in this body (the same object: a JSON string unit at every node of a key trie) as a back
     reference to where it was met, instead of its expressions again. Equal keys are equal
@@ -1645,7 +1788,7 @@ def _body_key(body: Expr) -> Optional[Tuple[tuple, List[str]]]:
             else:
                 return None
             stack.extend(reversed(children(expr)))  # pre-order
-    return tuple(out), list(names)
+    return tuple(out), names
 
 
 def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
@@ -1659,33 +1802,33 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
     always does); a cached DFA is shared, never changed: ``_flatten`` maps its letters."""
     key = _body_key(body) if cacheable else None
     if key is not None:
+        letters = {_ref_letter(k): _ref_letter(rule_ids[ref]) for ref, k in key[1].items()}
         with _rule_dfas_lock:
             hit = _rule_dfas.get(key[0])
             if hit is not None:
                 _rule_dfas.move_to_end(key[0])
         if hit is not None and hit.nfa_states <= max_nodes and hit.subsets <= budget:
-            letter = {_ref_letter(k): _ref_letter(rule_ids[ref]) for k, ref in enumerate(key[1])}
-            return hit.dfa, hit.subsets, True, letter
-    builder = _NfaBuilder(name, rule_ids, max_nodes, fragments, token_rule_ids)
+            return hit.dfa, hit.subsets, True, letters
+    # a cached DFA numbers its references by first use: its NFA is built so
+    builder = _NfaBuilder(name, rule_ids if key is None else key[1], max_nodes, fragments,
+                          token_rule_ids)
     chain = _bounded_run_dfa(body, builder, budget) if key is not None and not key[1] else None
     if chain is not None:  # minimal as built (see there): no subset construction
         _cache_rule_dfa(key[0], chain, builder.size_of(body), chain.num_states)
         return chain, chain.num_states, True, {}
     nfa = builder.build(body)
-    dfa = _determinise(nfa, name, budget, max_nodes)
     if key is None:
+        dfa = _determinise(nfa, name, budget, max_nodes)
         return dfa, dfa.num_states, False, None
-    number = {_ref_letter(rule_ids[ref]): _ref_letter(k) for k, ref in enumerate(key[1])}
-    stored = _minimise(dfa, number)
-    _cache_rule_dfa(key[0], stored, nfa.num_states - 2, dfa.num_states)
-    # this compile reads the stored DFA as a hit would (one flattening of its moves, not two)
-    return stored, dfa.num_states, True, {letter: grammar for grammar, letter in number.items()}
+    stored, subsets = _minimal_dfa(nfa, len(key[1]), name, budget, max_nodes)
+    _cache_rule_dfa(key[0], stored, nfa.num_states - 2, subsets)
+    return stored, subsets, True, letters
 
 
 def _cache_rule_dfa(key: tuple, dfa: _RuleDfa, nfa_states: int, subsets: int) -> None:
     """Store a rule's minimal DFA under its body key, with its moves flattened once (for
     ``_flatten``: this compile's and every later hit's); the least recently used go first."""
-    dfa.flat = _flat_moves(dfa)
+    dfa.flat  # flattened once, here, for this compile and every hit
     with _rule_dfas_lock:
         _rule_dfas[key] = _CachedRuleDfa(dfa, nfa_states, subsets)
         while len(_rule_dfas) > RULE_DFA_CACHE_SIZE:
@@ -1723,9 +1866,9 @@ def _bounded_run_dfa(body: Expr, builder: "_NfaBuilder", budget: int,
     if builder.size_of(body) > builder.max_nodes:
         return None  # the usual build reports it
     unit_nfa = builder.build(run.expr)
-    if any(unit_nfa.ref_edges):
+    if unit_nfa.ref_edges:
         return None
-    unit = _minimise(_determinise(unit_nfa, builder.rule_name, budget, builder.max_nodes))
+    unit, _ = _minimal_dfa(unit_nfa, 0, builder.rule_name, budget, builder.max_nodes)
     finals = [state for state, is_final in enumerate(unit.final) if is_final]
     if len(finals) != 1 or finals[0] == 0 or unit.moves[finals[0]] or \
             any(0 in move.values() for move in unit.moves):
