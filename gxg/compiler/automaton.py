@@ -1740,7 +1740,7 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
 #: letters back. A rule's DFA depends on the body only through that key: letters are keys of
 #: dictionaries in insertion order, never ordered by value, so a hit equals a fresh build.
 RULE_DFA_CACHE_SIZE = 4096
-_rule_dfas: "collections.OrderedDict[tuple, _CachedRuleDfa]" = collections.OrderedDict()
+_rule_dfas: "collections.OrderedDict[_BodyKey, _CachedRuleDfa]" = collections.OrderedDict()
 _rule_dfas_lock = threading.Lock()
 
 
@@ -1757,38 +1757,61 @@ def clear_rule_dfa_cache() -> None:
         _rule_dfas.clear()
 
 
-def _body_key(body: Expr) -> Optional[Tuple[tuple, Dict[str, int]]]:
+class _BodyKey:
+    """A ``_body_key`` hashed once: the cache's lookup, its move to the end and its insertion
+    would each hash the whole body again (a tuple does not keep its hash)."""
+
+    __slots__ = ("items", "hash")
+
+    def __init__(self, items: tuple):
+        self.items = items
+        self.hash = hash(items)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other) -> bool:
+        return self.hash == other.hash and self.items == other.items
+
+
+def _body_key(body: Expr) -> Optional[Tuple[_BodyKey, Dict[str, int]]]:
     """(key, the referenced rules -> their first-use numbers, in that order) of a rule body: its
-    expressions in
-    pre-order, a reference as -1 - its first-use number, and a compound expression met before
-    in this body (the same object: a JSON string unit at every node of a key trie) as a back
-    reference to where it was met, instead of its expressions again. Equal keys are equal
-    bodies. None for a body with a token set (the builder numbers those as it meets them,
-    across rules)."""
+    expressions in pre-order, a literal as its bytes, a reference as -1 - its first-use
+    number, and a compound expression met before in this body (the same object: a JSON string
+    unit at every node of a key trie) as a back reference to where it was met, instead of its
+    expressions again. Equal keys are equal bodies. None for a body with a token set (the
+    builder numbers those as it meets them, across rules)."""
     names: Dict[str, int] = {}
     out: list = []
+    append = out.append
     first_seen: Dict[int, int] = {}
     stack = [body]
+    pop = stack.pop
     while stack:
-        expr = stack.pop()
-        if isinstance(expr, (Literal, CharClass)):
-            out.append(expr)
-        elif isinstance(expr, RuleRef):
-            out.append(-1 - names.setdefault(expr.name, len(names)))
+        expr = pop()
+        kind = expr.__class__
+        if kind is Literal:
+            append(expr.data)  # bytes keep their hash; a Literal computes it at every call
+        elif kind is CharClass:
+            append(expr)
+        elif kind is RuleRef:
+            append(-1 - names.setdefault(expr.name, len(names)))
         elif id(expr) in first_seen:
-            out.append(("B", first_seen[id(expr)]))
+            append(("B", first_seen[id(expr)]))
         else:
             first_seen[id(expr)] = len(out)
-            if isinstance(expr, Sequence):
-                out.append(("S", len(expr.items)))
-            elif isinstance(expr, Choice):
-                out.append(("A", len(expr.alternatives)))
-            elif isinstance(expr, Repeat):
-                out.append(("R", expr.min, expr.max))
+            if kind is Sequence:
+                append(("S", len(expr.items)))
+                stack.extend(reversed(expr.items))  # pre-order
+            elif kind is Choice:
+                append(("A", len(expr.alternatives)))
+                stack.extend(reversed(expr.alternatives))
+            elif kind is Repeat:
+                append(("R", expr.min, expr.max))
+                stack.append(expr.expr)
             else:
                 return None
-            stack.extend(reversed(children(expr)))  # pre-order
-    return tuple(out), names
+    return _BodyKey(tuple(out)), names
 
 
 def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
@@ -1825,7 +1848,7 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
     return stored, subsets, True, letters
 
 
-def _cache_rule_dfa(key: tuple, dfa: _RuleDfa, nfa_states: int, subsets: int) -> None:
+def _cache_rule_dfa(key: _BodyKey, dfa: _RuleDfa, nfa_states: int, subsets: int) -> None:
     """Store a rule's minimal DFA under its body key, with its moves flattened once (for
     ``_flatten``: this compile's and every later hit's); the least recently used go first."""
     dfa.flat  # flattened once, here, for this compile and every hit
