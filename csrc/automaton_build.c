@@ -29,6 +29,14 @@
 //   Invariant: the same DFA, state for state, as automaton._minimise(automaton._determinise())
 //        (tests/test_automaton_native.py checks it on random and real rule bodies).
 //
+// gxg_breadth_first
+//   In:  a DFA as moves (source, letter, target), int64 [m, 3] in any order.
+//   Out: the states reachable from state 0, breadth-first with each state's moves in letter
+//        order: the numbering of gxg_rule_dfa, for a DFA built minimal (a bounded run's chain,
+//        automaton._bounded_run_dfa).
+//   Work: a counting sort of the moves by source, a sort of each state's few moves by letter,
+//        one pass.
+//
 // gxg_byte_classes / gxg_fill_next_node
 //   In:  the grammar's byte edges as int64 (node, rule interval, target), each rule interval's
 //        range of fine intervals [first, stop) (the fine intervals refine every rule's).
@@ -608,6 +616,45 @@ done:
   free(tail.data); free(label.data); free(head.data); free(finals.data);
   free(head_of_letter); free(block_of);
   return result;
+}
+
+// ---------------------------------------------------------------------------- gxg_breadth_first
+
+// The states reachable from state 0 of a DFA given as moves int64 [m, 3] (source, letter,
+// target), breadth-first with each state's moves in increasing letter order (the numbering
+// gxg_rule_dfa gives): order[0 .. return value). A negative return: NO_MEMORY.
+int64_t gxg_breadth_first(int64_t num_states, int64_t num_moves, const int64_t* moves,
+                          int64_t* order) {
+  int64_t* offsets = (int64_t*)calloc((size_t)num_states + 1, sizeof(int64_t));
+  int64_t* sorted = (int64_t*)malloc((size_t)(num_moves > 0 ? num_moves : 1) * sizeof(int64_t));
+  uint8_t* seen = (uint8_t*)calloc((size_t)(num_states > 0 ? num_states : 1), 1);
+  if (!offsets || !sorted || !seen) { free(offsets); free(sorted); free(seen); return NO_MEMORY; }
+  for (int64_t t = 0; t < num_moves; ++t) ++offsets[moves[3 * t] + 1];
+  for (int64_t q = 0; q < num_states; ++q) offsets[q + 1] += offsets[q];
+  for (int64_t t = 0; t < num_moves; ++t) sorted[--offsets[moves[3 * t] + 1]] = t;
+  // (offsets[q + 1] now starts q's moves again, which were placed from the back; order them by
+  // letter: insertion sort, a state has few moves)
+  for (int64_t q = 0; q < num_states; ++q) {
+    int64_t from = offsets[q + 1], to = q + 2 <= num_states ? offsets[q + 2] : num_moves;
+    for (int64_t i = from + 1; i < to; ++i) {
+      int64_t x = sorted[i], j = i;
+      for (; j > from && moves[3 * sorted[j - 1] + 1] > moves[3 * x + 1]; --j)
+        sorted[j] = sorted[j - 1];
+      sorted[j] = x;
+    }
+  }
+  int64_t count = 0;
+  if (num_states > 0) { order[count++] = 0; seen[0] = 1; }
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t q = order[i];
+    int64_t from = offsets[q + 1], to = q + 2 <= num_states ? offsets[q + 2] : num_moves;
+    for (int64_t k = from; k < to; ++k) {
+      int64_t target = moves[3 * sorted[k] + 2];
+      if (!seen[target]) { seen[target] = 1; order[count++] = target; }
+    }
+  }
+  free(offsets); free(sorted); free(seen);
+  return count;
 }
 
 // ---------------------------------------------------------------------------- byte classes

@@ -161,8 +161,9 @@ class HostTables:
         self.automaton = automaton
         self.layout = layout
         self.lists = a.lists  # the byte loop's tables, shared with the automaton's walkers
-        self.has_token_nodes = any(target >= 0 for target in self.lists.token_next)
-        self.has_counters = any(target >= 0 for target in self.lists.token_count_next)
+        # (max over the lists: a pass in C, not a generator per node)
+        self.has_token_nodes = max(self.lists.token_next, default=-1) >= 0
+        self.has_counters = max(self.lists.token_count_next, default=-1) >= 0
         self.root_start = int(a.rule_start[a.root_rule])
         v = vocabulary
         self.vocabulary = v

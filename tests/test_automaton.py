@@ -1130,13 +1130,17 @@ BOUNDED_RUNS = [(json_char_unit, (0, 8), b'"'), (json_char_unit, (3, 12), b'"'),
                 (lambda: CharClass(((0x80, 0x10FFFF),)), (0, 8), b"z")]
 
 
+@pytest.mark.parametrize("native_setting", ["1", "0"], ids=["c", "python"])
 @pytest.mark.parametrize("make_unit,bounds,closing", BOUNDED_RUNS)
-def test_bounded_runs_are_built_as_the_usual_build(make_unit, bounds, closing):
+def test_bounded_runs_are_built_as_the_usual_build(make_unit, bounds, closing, native_setting,
+                                                   monkeypatch):
     """``open unit{lo,hi} close`` built as a chain of the unit's DFA (``_bounded_run_dfa``)
     accepts what the usual build (unrolled, determinised, minimised) accepts, with as many
-    states: it is that rule's minimal DFA, numbered breadth-first."""
+    states: it is that rule's minimal DFA, and the very DFA ``_minimise`` gives (numbered
+    breadth-first with moves in letter order: in C, and in Python without it)."""
     from gxg.compiler.automaton import (_bounded_run_dfa, _breadth_first, _determinise,
                                         _minimise, _NfaBuilder)
+    monkeypatch.setenv("GXG_NATIVE", native_setting)  # the breadth-first numbering in C or not
     body = Sequence((Literal(b'"'), Repeat(make_unit(), *bounds), Literal(closing)))
     builder = _NfaBuilder("r", {}, 500_000, {})
     chain = _bounded_run_dfa(body, builder, 10**6)
@@ -1145,6 +1149,9 @@ def test_bounded_runs_are_built_as_the_usual_build(make_unit, bounds, closing):
     assert chain.num_states == usual.num_states
     assert canonical_dfa(chain) == canonical_dfa(usual)
     assert _breadth_first(chain.moves, 0) == list(range(chain.num_states))
+    # numbered as _minimise numbers: the same DFA, state for state, moves in letter order
+    assert chain == usual
+    assert [list(move) for move in chain.moves] == [sorted(move) for move in chain.moves]
 
 
 @pytest.mark.parametrize("body", [

@@ -135,6 +135,25 @@ def test_grammars_get_the_same_automaton(name, make, pruned, monkeypatch):
     assert calls or not pruned  # a prepared grammar's rules went through C
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.data())
+def test_breadth_first_numbering_in_c_is_the_python_one(num_states, data):
+    """``_breadth_first_flat`` (a bounded run's numbering) in C and in Python: the reachable
+    states, breadth-first, each state's moves in letter order, whatever order the moves come
+    in."""
+    moves = data.draw(st.lists(st.tuples(st.integers(0, num_states - 1), st.integers(-3, 9),
+                                         st.integers(0, num_states - 1)), max_size=120))
+    moves = list({(source, letter): target for source, letter, target in moves}.items())
+    flat = np.array([(s, l, t) for (s, l), t in moves], dtype=np.int64).reshape(-1, 3)
+    in_c = automaton._breadth_first_flat(num_states, flat)
+    with mock.patch.dict(os.environ, {"GXG_NATIVE": "0"}):
+        in_python = automaton._breadth_first_flat(num_states, flat)
+    np.testing.assert_array_equal(in_c, in_python)
+    by_dicts = [dict(sorted((l, t) for (s, l), t in moves if s == state))
+                for state in range(num_states)]
+    assert in_python.tolist() == automaton._breadth_first(by_dicts, 0)
+
+
 # ------------------------------------------------------------------ limits and fallback
 
 BLOW_UP = Seq((Repeat(CharClass(((0x61, 0x62),)), 0, None), Literal(b"a"),

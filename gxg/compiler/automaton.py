@@ -1913,54 +1913,81 @@ def _bounded_run_dfa(body: Expr, builder: "_NfaBuilder", budget: int,
     total = len(opening.data) + (hi + 1) + hi * per_copy + len(closing.data)
     if total > budget:
         raise _too_many_nodes(builder.rule_name, budget, builder.max_nodes)
-    # numbering: the opening's states, then per k the boundary k and the k-th copy's inner
-    # states, the boundary hi, then the closing's states (its last one final)
+    compile_budget.check("the automaton", builder.rule_name)
+    # numbering as built: the opening's states, then per k the boundary k and the k-th copy's
+    # inner states, the boundary hi, then the closing's states (its last one final). Every
+    # copy's moves are one template (source offset, interval, target offset) from its
+    # boundary; the next boundary is at offset per_copy + 1.
     boundary0 = len(opening.data)
-    slot = {state: index for index, state in enumerate(inner)}
-
-    def boundary(k: int) -> int:
-        return boundary0 + k * (per_copy + 1)
-
-    closing_start = boundary(hi) + 1
-    moves: List[Dict[int, int]] = [{interval_of[byte]: index + 1}
-                                   for index, byte in enumerate(opening.data)]
-    for k in range(hi + 1):
-        compile_budget.check("the automaton", builder.rule_name)
-        at = boundary(k)
-        base = at + 1
-        move: Dict[int, int] = {}
-        if k < hi:
-            for piece, target in unit_moves[0]:
-                move[piece] = boundary(k + 1) if target == end else base + slot[target]
-        if k >= lo:
-            move[close_first] = closing_start
-        moves.append(move)
-        if k < hi:
-            for state in inner:
-                moves.append({piece: boundary(k + 1) if target == end else base + slot[target]
-                              for piece, target in unit_moves[state]})
-    for index, byte in enumerate(closing.data[1:]):
-        moves.append({interval_of[byte]: closing_start + index + 1})
-    moves.append({})
-    # numbered breadth-first, as every rule's nodes are (module docstring)
-    order = _breadth_first(moves, 0)
-    number = np.empty(len(moves), dtype=np.int64)
-    number[order] = np.arange(len(moves))
+    offset = {0: 0, end: per_copy + 1}
+    offset.update((state, index + 1) for index, state in enumerate(inner))
+    template = np.array([(offset[state], piece, offset[target])
+                         for state in [0] + inner for piece, target in unit_moves[state]],
+                        dtype=np.int64).reshape(-1, 3)
+    boundaries = boundary0 + np.arange(hi + 1, dtype=np.int64) * (per_copy + 1)
+    closing_start = int(boundaries[-1]) + 1
+    copies = np.repeat(boundaries[:-1], len(template))
+    tiled = np.tile(template, (hi, 1))
+    parts = [np.array([(index, interval_of[byte], index + 1)
+                       for index, byte in enumerate(opening.data)], dtype=np.int64),
+             np.stack([tiled[:, 0] + copies, tiled[:, 1], tiled[:, 2] + copies], axis=1),
+             np.stack([boundaries[lo:], np.full(hi + 1 - lo, close_first),
+                       np.full(hi + 1 - lo, closing_start)], axis=1),
+             np.array([(closing_start + index, interval_of[byte], closing_start + index + 1)
+                       for index, byte in enumerate(closing.data[1:])],
+                      dtype=np.int64).reshape(-1, 3)]
+    moves = np.concatenate(parts)
+    # numbered breadth-first with moves in letter order, as every rule's nodes are (module
+    # docstring, _minimise)
+    order = _breadth_first_flat(total, moves)
+    number = np.empty(total, dtype=np.int64)
+    number[order] = np.arange(total)
+    renumbered = np.stack([number[moves[:, 0]], moves[:, 1], number[moves[:, 2]]], axis=1)
+    renumbered = renumbered[np.lexsort((renumbered[:, 1], renumbered[:, 0]))]
+    final = np.zeros(total, dtype=bool)
+    final[number[total - 1]] = True
     # the twins: (k, place) -> (lo, place) for k >= lo, and the rooms hi - k
-    count = np.full(len(moves), -1, dtype=np.int32)
-    place = np.full(len(moves), -1, dtype=np.int64)
-    chain = np.arange(boundary0, boundary(hi) + 1)
+    count = np.full(total, -1, dtype=np.int32)
+    place = np.full(total, -1, dtype=np.int64)
+    chain = np.arange(boundary0, closing_start)
     count[chain] = (chain - boundary0) // (per_copy + 1)
     place[chain] = (chain - boundary0) % (per_copy + 1)
-    twin = np.full(len(moves), -1, dtype=np.int32)
+    twin = np.full(total, -1, dtype=np.int32)
     counted = count >= lo
-    twin[number[counted]] = number[boundary(lo) + place[counted]]
-    room = np.full(len(moves), -1, dtype=np.int32)
+    twin[number[counted]] = number[boundaries[lo] + place[counted]]
+    room = np.full(total, -1, dtype=np.int32)
     room[number[count >= 0]] = hi - count[count >= 0]
-    renumbered = number.tolist()  # (a list: the comprehension below reads it per move)
-    return _RuleDfa(cuts, [{letter: renumbered[target] for letter, target in moves[state].items()}
-                           for state in order],
-                    [state == len(moves) - 1 for state in order], runs=(twin, room))
+    return _RuleDfa(cuts, None, final.tolist(), flat=_FlatMoves(renumbered, (), ()),
+                    runs=(twin, room))
+
+
+_BREADTH_FIRST_ARGS = (ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _breadth_first_flat(num_states: int, moves: np.ndarray) -> np.ndarray:
+    """The states reachable from state 0 of moves int64 [k, 3] (source, letter, target), in
+    breadth-first order with each state's moves taken in letter order (``gxg_breadth_first``
+    in C where it is built; the same order in Python otherwise)."""
+    moves = np.ascontiguousarray(moves, dtype=np.int64)
+    kernel = native.function("automaton_build.c", "gxg_breadth_first", _BREADTH_FIRST_ARGS,
+                             ctypes.c_int64)
+    if kernel is not None:
+        order = np.empty(num_states, dtype=np.int64)
+        reached = kernel(num_states, len(moves), moves.ctypes.data, order.ctypes.data)
+        if reached >= 0:
+            return order[:reached]
+    by_letter = moves[np.lexsort((moves[:, 1], moves[:, 0]))]
+    offsets = np.searchsorted(by_letter[:, 0], np.arange(num_states + 1)).tolist()
+    targets = by_letter[:, 2].tolist()
+    order = [0]
+    seen = bytearray(num_states)
+    seen[0] = 1
+    for state in order:  # grows while iterating
+        for target in targets[offsets[state]:offsets[state + 1]]:
+            if not seen[target]:
+                seen[target] = 1
+                order.append(target)
+    return np.asarray(order, dtype=np.int64)
 
 
 def _counter_chains(budgeted: List[Tuple[int, int, int]], counters_base: int, starts: List[int],
