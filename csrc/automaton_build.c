@@ -181,6 +181,9 @@ static int64_t table_find_or_add(SubsetTable* t, const int32_t* a, int64_t n, in
     }
     j = (j + 1) & (t->num_slots - 1);
   }
+  // offsets are int32: a table past 2^31 members is reported as out of memory (the caller
+  // then builds in Python, which has no such limit)
+  if (t->members.size + n > INT32_MAX) return -1;
   if (!vec_reserve(&t->members, n) || !vec_push(&t->offset, 0)) return -1;
   memcpy(t->members.data + t->members.size, a, (size_t)n * sizeof(int32_t));
   t->members.size += n;
@@ -354,6 +357,7 @@ static const int32_t* closure_of(Nfa* a, int32_t s, IntVec* stack) {
     }
     a->closures.data[at] = length;
     sort_ints(a->closures.data + at + 1, length);
+    if (at > INT32_MAX) return 0;  // closure_at is int32: reported as out of memory
     a->closure_at[s] = (int32_t)at;
   }
   return a->closures.data + a->closure_at[s];
@@ -587,6 +591,7 @@ int32_t* gxg_rule_dfa(int32_t num_states, const int32_t* byte_edges, int64_t num
       }
     }
     int64_t length = 5 + a.num_cuts + count + 3 * num_moves;
+    if (length > INT32_MAX) { free(move_at); free(number); free(member); goto done; }
     result = (int32_t*)malloc((size_t)length * sizeof(int32_t));
     if (!result) { free(move_at); free(number); free(member); goto done; }
     result[0] = (int32_t)length;

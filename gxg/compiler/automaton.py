@@ -1736,9 +1736,10 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
 #: recently used first out, behind a lock; ``clear_rule_dfa_cache`` empties it). Grammars of
 #: one family repeat rules (JSON Schema: strings, numbers, whitespace, the same object shapes):
 #: about half of the rules of 202 MaskBench schemas were found here. The key is the body with
-#: its rule references numbered by first use (``_body_key``); a hit gets its references'
-#: letters back. A rule's DFA depends on the body only through that key: letters are keys of
-#: dictionaries in insertion order, never ordered by value, so a hit equals a fresh build.
+#: its rule references numbered by first use (``_body_key``), and a miss builds the DFA in that
+#: numbering; a hit gets its references' letters back (``_flatten`` maps them). A rule's DFA
+#: depends on the body only through that key (the minimal DFA, numbered breadth-first in
+#: letter order), so a hit equals a fresh build.
 RULE_DFA_CACHE_SIZE = 4096
 _rule_dfas: "collections.OrderedDict[_BodyKey, _CachedRuleDfa]" = collections.OrderedDict()
 _rule_dfas_lock = threading.Lock()
