@@ -1307,44 +1307,65 @@ def _coarsest_partition(moves: List[Dict[int, int]], final: List[bool],
 # ----------------------------------------------------------------------------- tables
 
 
+class _NodeRefs(dict):
+    """node -> its reference edges as sorted (rule, return node) pairs, for the nodes that have
+    some; any other node reads ``()`` (not stored: most nodes have none, and a list per node
+    of a large grammar's ~266 k cost milliseconds to make and to read)."""
+
+    __slots__ = ()
+
+    def __missing__(self, node: int) -> tuple:
+        return ()
+
+
 def _flatten(dfas: List[_RuleDfa], ref_letters: List[Optional[Dict[int, int]]]
-             ) -> Tuple[List[int], List[bool], List[List[Tuple[int, int]]], List[int],
-                        Dict[int, int]]:
+             ) -> Tuple[List[int], List[bool], _NodeRefs, np.ndarray, Dict[int, int]]:
     """One pass over every rule's moves, in the final node numbering. ``ref_letters[r]``: the
     rule's reference letters as the grammar numbers them, for a DFA from the rule DFA cache
     (whose letters number the body's references by first use), None for a DFA built here.
 
-    Returns the rules' start nodes, finality per node, the reference edges per node as sorted
-    (rule, return node) pairs, the byte edges as an int64 array [k, 3] of (source, interval,
-    target), where interval numbers run over all rules' intervals in rule order (the
-    intervals of rule r are numbered from the total count of the rules before it), and the
-    token moves (token node -> target). The per-move work is ``_flat_moves``', which a DFA from
-    the rule DFA cache has done once for every compile.
+    Returns the rules' start nodes, finality per node, the reference edges per node
+    (``_NodeRefs``), the byte edges as an int64 array [k, 3] of (source, interval, target),
+    where interval numbers run over all rules' intervals in rule order (the intervals of rule
+    r are numbered from the total count of the rules before it), and the token moves (token
+    node -> target). The per-move work is ``_flat_moves``', which a DFA from the rule DFA cache
+    has done once for every compile.
     """
     rule_start: List[int] = []
     final: List[bool] = []
     chunks: List[np.ndarray] = []
+    shifts: List[Tuple[int, int, int]] = []  # per chunk: what its (source, interval, target) add
+    chunk_sizes: List[int] = []
     token_moves: Dict[int, int] = {}
-    total = sum(dfa.num_states for dfa in dfas)
-    node_refs: List[List[Tuple[int, int]]] = [[] for _ in range(total)]
+    node_refs = _NodeRefs()
     base = interval_base = 0
     for dfa, letters in zip(dfas, ref_letters):
         rule_start.append(base)
         final.extend(dfa.final)
         flat = dfa.flat
         if len(flat.byte):
-            chunks.append(flat.byte + np.array([base, interval_base, base], dtype=np.int64))
+            chunks.append(flat.byte)
+            shifts.append((base, interval_base, base))
+            chunk_sizes.append(len(flat.byte))
         for state, letter, target in flat.refs:
             rule = -(letter if letters is None else letters[letter]) - 1
-            node_refs[base + state].append((rule, base + target))
+            refs = node_refs.get(base + state)
+            if refs is None:
+                node_refs[base + state] = [(rule, base + target)]
+            else:
+                refs.append((rule, base + target))
         for state, target in flat.tokens:
             token_moves[base + state] = base + target
         base += dfa.num_states
         interval_base += len(dfa.cuts)
-    for refs in node_refs:
+    for refs in node_refs.values():
         if len(refs) > 1:
             refs.sort()
-    byte_edges = np.concatenate(chunks) if chunks else np.zeros((0, 3), dtype=np.int64)
+    if chunks:  # one addition for all rules, not one per rule
+        byte_edges = np.concatenate(chunks) + np.repeat(
+            np.array(shifts, dtype=np.int64), chunk_sizes, axis=0)
+    else:
+        byte_edges = np.zeros((0, 3), dtype=np.int64)
     return rule_start, final, node_refs, byte_edges, token_moves
 
 
@@ -1431,7 +1452,7 @@ def _c_byte_tables(byte_edges: np.ndarray, interval_first: np.ndarray,
 # ----------------------------------------------------------------------------- analyses
 
 
-def _epsilon_reach(rule_start: Seq[int], node_refs: List[List[Tuple[int, int]]],
+def _epsilon_reach(rule_start: Seq[int], node_refs: _NodeRefs,
                    is_final: Seq[bool]) -> Tuple[List[bool], List[List[int]]]:
     """(nullable per rule, nodes of each rule reachable from its start without reading a byte).
 
@@ -1668,9 +1689,11 @@ def _build(grammar: Grammar, max_nodes: int) -> Automaton:
     num_nodes = len(final_list)
     byte_class, next_node = _byte_tables(byte_edges, [dfa.cuts for dfa in dfas], num_nodes)
     rule_start = np.array(starts, dtype=np.int32)
-    ref_counts = np.fromiter(map(len, node_refs), dtype=np.int64, count=num_nodes)
+    ref_nodes = sorted(node_refs)  # the nodes with reference edges
+    ref_counts = np.zeros(num_nodes, dtype=np.int64)
+    ref_counts[ref_nodes] = [len(node_refs[node]) for node in ref_nodes]
     ref_offsets = np.concatenate([[0], np.cumsum(ref_counts)]).astype(np.int32)
-    flat_refs = np.array([pair for refs in node_refs for pair in refs],
+    flat_refs = np.array([pair for node in ref_nodes for pair in node_refs[node]],
                          dtype=np.int32).reshape(-1, 2)
     ref_rule = np.ascontiguousarray(flat_refs[:, 0])
     ref_return = np.ascontiguousarray(flat_refs[:, 1])
@@ -1992,7 +2015,7 @@ def _breadth_first_flat(num_states: int, moves: np.ndarray) -> np.ndarray:
 
 
 def _counter_chains(budgeted: List[Tuple[int, int, int]], counters_base: int, starts: List[int],
-                    node_refs: List[List[Tuple[int, int]]], token_set: np.ndarray,
+                    node_refs: _NodeRefs, token_set: np.ndarray,
                     is_pure_return: np.ndarray, sizes: List[int], names: List[str]
                     ) -> np.ndarray:
     """``token_count_next``: for each budgeted rule R, the chain C(-1) -> C(0) -> ... ->
@@ -2016,7 +2039,7 @@ def _counter_chains(budgeted: List[Tuple[int, int, int]], counters_base: int, st
 
 
 def _check_right_linear(name: str, counted: int, wrappers: set, starts: List[int],
-                        sizes: List[int], node_refs: List[List[Tuple[int, int]]],
+                        sizes: List[int], node_refs: _NodeRefs,
                         token_set: np.ndarray, is_pure_return: np.ndarray,
                         names: List[str]) -> None:
     """GrammarError unless every reference reachable from rule ``counted`` is a tail call to
