@@ -313,7 +313,10 @@ static int nfa_init(Nfa* a, int32_t num_states, const int32_t* byte_edges, int64
     free(slot);
     return 0;
   }
-  if (!csr_place(num_states, a->byte_offsets, byte_edges, num_byte, 4, slot)) { free(slot); return 0; }
+  if (!csr_place(num_states, a->byte_offsets, byte_edges, num_byte, 4, slot)) {
+    free(slot);
+    return 0;
+  }
   for (int64_t i = 0; i < num_byte; ++i) {
     const int32_t* e = byte_edges + 4 * slot[i];
     a->byte_first[i] = num_refs + interval_of[e[1]];
@@ -365,13 +368,13 @@ static const int32_t* closure_of(Nfa* a, int32_t s, IntVec* stack) {
 
 // The trimmed DFA's minimal partition (Valmari and Lehtinen 2008/2012): blocks of states
 // (block_of) after splitting by finality and by every cord (the moves of one letter into one
-// block). Requires every state reachable and able to reach a final state.
+// block). Requires every state reachable and able to reach a final state. in_offsets and
+// incoming: each state's incoming moves (incoming[in_offsets[q] .. in_offsets[q + 1])).
 static int32_t* minimal_blocks(int32_t n, int64_t m, const int32_t* tail, const int32_t* label,
-                               const int32_t* head, const uint8_t* final, int32_t* num_blocks) {
+                               const int32_t* in_offsets, const int32_t* incoming,
+                               const int32_t* final, int32_t* num_blocks) {
   Partition blocks, cords;
   int32_t* block_of = 0;
-  int32_t* in_offsets = 0;
-  int32_t* incoming = 0;
   if (!partition_init(&blocks, n) || !partition_init(&cords, (int32_t)m)) goto done;
   for (int32_t q = 0; q < n; ++q)
     if (final[q]) partition_mark(&blocks, q);
@@ -403,10 +406,6 @@ static int32_t* minimal_blocks(int32_t n, int64_t m, const int32_t* tail, const 
     }
     cords.past[cords.count++] = (int32_t)m;
   }
-  // incoming moves per state
-  in_offsets = csr_offsets(n, head, m, 1);
-  incoming = (int32_t*)malloc((size_t)(m + 1) * sizeof(int32_t));
-  if (!in_offsets || !incoming || !csr_place(n, in_offsets, head, m, 1, incoming)) goto done;
   {
     int32_t b = 1, c = 0;
     while (c < cords.count) {
@@ -433,8 +432,6 @@ static int32_t* minimal_blocks(int32_t n, int64_t m, const int32_t* tail, const 
 done:
   partition_free(&blocks);
   partition_free(&cords);
-  free(in_offsets);
-  free(incoming);
   return block_of;
 }
 
@@ -452,6 +449,8 @@ int32_t* gxg_rule_dfa(int32_t num_states, const int32_t* byte_edges, int64_t num
   int32_t* head_of_letter = 0;
   int32_t* result = 0;
   int32_t* block_of = 0;
+  int32_t* in_offsets = 0;  // the DFA's moves by their target: the trim check and minimal_blocks
+  int32_t* incoming = 0;
   status[0] = NO_MEMORY;
   status[1] = 0;
   if (!nfa_init(&a, num_states, byte_edges, num_byte, ref_edges, num_ref, num_refs, eps_edges,
@@ -536,15 +535,15 @@ int32_t* gxg_rule_dfa(int32_t num_states, const int32_t* byte_edges, int64_t num
   }
   int32_t n = (int32_t)table.count;
   int64_t m = tail.size;
+  in_offsets = csr_offsets(n, head.data, m, 1);
+  incoming = (int32_t*)malloc((size_t)(m + 1) * sizeof(int32_t));
+  if (!in_offsets || !incoming || !csr_place(n, in_offsets, head.data, m, 1, incoming)) goto done;
   // trim check: every subset must reach a final one (else the Python construction runs)
   {
     uint8_t* alive = (uint8_t*)calloc((size_t)n, 1);
-    int32_t* in_offsets = csr_offsets(n, head.data, m, 1);  // moves by their target
-    int32_t* incoming = (int32_t*)malloc((size_t)(m + 1) * sizeof(int32_t));
     int32_t* work = (int32_t*)malloc((size_t)n * sizeof(int32_t));
-    int ok = alive && in_offsets && incoming && work;
+    int ok = alive && work;
     int32_t reached = 0;
-    if (ok) ok = csr_place(n, in_offsets, head.data, m, 1, incoming);
     if (ok) {
       int32_t top = 0;
       for (int32_t q = 0; q < n; ++q)
@@ -557,16 +556,13 @@ int32_t* gxg_rule_dfa(int32_t num_states, const int32_t* byte_edges, int64_t num
         }
       }
     }
-    free(alive); free(in_offsets); free(incoming); free(work);
+    free(alive); free(work);
     if (!ok) goto done;
     if (reached != n) { status[0] = NOT_TRIM; goto done; }
   }
-  uint8_t* final_flags = (uint8_t*)malloc((size_t)n);
-  if (!final_flags) goto done;
-  for (int32_t q = 0; q < n; ++q) final_flags[q] = (uint8_t)finals.data[q];
   int32_t num_blocks = 0;
-  block_of = minimal_blocks(n, m, tail.data, label.data, head.data, final_flags, &num_blocks);
-  free(final_flags);
+  block_of = minimal_blocks(n, m, tail.data, label.data, in_offsets, incoming, finals.data,
+                            &num_blocks);
   if (!block_of) goto done;
   // the quotient, numbered breadth-first with moves in letter order; a block's moves are its
   // first member's (moves of subset d are tail[move_at[d] .. move_at[d + 1]), in letter order)
@@ -619,7 +615,7 @@ done:
   free(table.members.data); free(table.offset.data); free(table.slots); free(table.slot_hash);
   free(stack.data); free(scratch.data); free(pairs.data); free(touched.data);
   free(tail.data); free(label.data); free(head.data); free(finals.data);
-  free(head_of_letter); free(block_of);
+  free(head_of_letter); free(block_of); free(in_offsets); free(incoming);
   return result;
 }
 

@@ -14,8 +14,9 @@
 //        the next break of every position) or 0 where it is not built (the run is then
 //        scanned byte by byte: the same answer); the vocabulary's bytes and, per byte,
 //        utf8_break (a byte >= 0x80 outside every whole character of its token) and utf8_tail
-//        (a byte of a whole character other than its first); use_runs: 0 reads every byte (no skipping, no WALK_NEW_LOOP:
-//        for few pairs, where asking a state for its loops costs more than skipping saves).
+//        (a byte of a whole character other than its first); use_runs: 0 reads every byte
+//        (no skipping, no WALK_NEW_LOOP: for few pairs, where asking a state for its loops
+//        costs more than skipping saves).
 //   Out: per pair, in place, its state and position where it stopped, and status[i]:
 //        WALK_FINISHED  the token's end reached: state is the final state;
 //        WALK_DEAD      a byte led to DEAD;

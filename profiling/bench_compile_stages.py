@@ -10,6 +10,9 @@ cache key, NFA, C or Python construction; byte classes; flattening), the lazy ma
 and first fill. A stage's time includes the stages it calls (rule DFAs are inside the
 automaton). The wrappers cost ~0.3 µs a call: TTFM here is ~0.2-0.5 ms above maskbench.py's.
 
+``bench_frontend.py --stages`` calls the stages one by one around the p50 of a round; this
+times them inside real compiles, down to the rule DFAs' parts, and for the slowest files too.
+
 Floor: a compile is Python work on a few hundred IR nodes and automaton states at the median
 (no vocabulary-sized work before the first fill); see profiling/RESULTS.md.
 

@@ -2000,17 +2000,8 @@ def _breadth_first_flat(num_states: int, moves: np.ndarray) -> np.ndarray:
         reached = kernel(num_states, len(moves), moves.ctypes.data, order.ctypes.data)
         if reached >= 0:
             return order[:reached]
-    by_letter = moves[np.lexsort((moves[:, 1], moves[:, 0]))]
-    offsets = np.searchsorted(by_letter[:, 0], np.arange(num_states + 1)).tolist()
-    targets = by_letter[:, 2].tolist()
-    order = [0]
-    seen = bytearray(num_states)
-    seen[0] = 1
-    for state in order:  # grows while iterating
-        for target in targets[offsets[state]:offsets[state + 1]]:
-            if not seen[target]:
-                seen[target] = 1
-                order.append(target)
+    # (moves as dicts in letter order, which _breadth_first follows)
+    order = _breadth_first(_moves_of(_FlatMoves(moves, (), ()), num_states), 0)
     return np.asarray(order, dtype=np.int64)
 
 

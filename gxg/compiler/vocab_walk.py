@@ -988,10 +988,11 @@ def _walk_native(kernel, walk, runs: Optional[RunBreaks], data: np.ndarray,
                  state: np.ndarray, position: np.ndarray, end: np.ndarray, use_runs: bool):
     """Pairs walked by ``gxg_walk_pairs`` (csrc/vocab_walk.c), skipping runs when
     ``use_runs`` (``runs``: the vocabulary's ``RunBreaks``, whose break tables are read where
-    built; ``byte_addresses``: the addresses of ``data`` and of its UTF-8 marks): each pair is walked to its end in C with the tables as
-    they are; a pair that needs a transition not computed yet, or that met a state looping for
-    the first time, stops there, and is walked again once the table has it (``transitions``,
-    ``note_loops``: the Python steps, for all such pairs at once). Yields (origin, token, final
+    built; ``byte_addresses``: the addresses of ``data`` and of its UTF-8 marks): each pair is
+    walked to its end in C with the tables as they are; a pair that needs a transition not
+    computed yet, or that met a state looping for the first time, stops there, and is walked
+    again once the table has it (``transitions``, ``note_loops``: the Python steps, for all
+    such pairs at once). Yields (origin, token, final
     state) as ``_walk_runs`` does. The caller holds the walk (one walk at a time), so the
     tables passed stay valid."""
     n = len(tokens)
