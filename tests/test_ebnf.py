@@ -13,6 +13,7 @@ tables; the entries marked XGR_ACCEPTS are deliberate differences.
 """
 from __future__ import annotations
 
+import contextlib
 import string
 
 import pytest
@@ -32,6 +33,7 @@ from gxg.grammar.ir import (
     RuleRef,
     Sequence,
     iter_rule_refs,
+    iter_subexprs,
     normal_constant,
     normal_forms_kept,
     normalize,
@@ -655,6 +657,57 @@ def test_rule_refs_are_the_body_references_in_order(first, second):
         scoped = [Rule("r", body) for body in bodies + (normal_constant(first),)]
     assert [(rule.body, rule.refs) for rule in scoped] == \
         [(rule.body, rule.refs) for rule in (Rule("r", body) for body in bodies + (first,))]
+
+
+def reference_normal_form(expr):
+    """The normal form as ``normalize``'s docstring states it, by plain recursion."""
+    if isinstance(expr, Sequence):
+        flat = []
+        for item in map(reference_normal_form, expr.items):
+            flat.extend(item.items if isinstance(item, Sequence) else (item,))
+        merged = []
+        for item in flat:
+            if isinstance(item, Literal):
+                if not item.data:
+                    continue
+                if merged and isinstance(merged[-1], Literal):
+                    merged[-1] = Literal(merged[-1].data + item.data)
+                    continue
+            merged.append(item)
+        return Literal(b"") if not merged else merged[0] if len(merged) == 1 \
+            else Sequence(tuple(merged))
+    if isinstance(expr, Choice):
+        flat = []
+        for alternative in map(reference_normal_form, expr.alternatives):
+            flat.extend(alternative.alternatives if isinstance(alternative, Choice)
+                        else (alternative,))
+        return flat[0] if len(flat) == 1 else Choice(tuple(flat))
+    if isinstance(expr, Repeat):
+        inner = reference_normal_form(expr.expr)
+        if expr.max == 0 or inner == Literal(b""):
+            return Literal(b"")
+        return inner if (expr.min, expr.max) == (1, 1) else Repeat(inner, expr.min, expr.max)
+    return expr
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ir_exprs, ir_exprs, st.booleans())
+def test_normal_form_matches_its_definition(first, second, scoped):
+    """``normalize`` against the definition, on trees and on bodies that share subtrees (the
+    walk remembers them); a normal form comes back as the same object, and ``Rule`` records
+    the references and empty classes of the normal body."""
+    shared = Sequence((first, Choice((second, first)), Repeat(Sequence((first, second)), 1, 1)))
+    with normal_forms_kept() if scoped else contextlib.nullcontext():
+        for body in (first, second, shared, Sequence((shared, shared))):
+            normal = normalize(body)
+            assert normal == reference_normal_form(body)
+            assert normalize(normal) is normal
+            rule = Rule("r", body)
+            assert rule.body == normal
+            assert rule.refs == tuple(dict.fromkeys(iter_rule_refs(normal)))
+            assert rule.has_empty_class == any(
+                isinstance(part, CharClass) and not part.effective_ranges()
+                for part in iter_subexprs(normal))
 
 
 # -- arbitrary text: a grammar or a GrammarError, nothing else

@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from operator import is_not
 from typing import Dict, Iterator, Optional, Tuple, Union
 
 MAX_CODE_POINT = 0x10FFFF
@@ -372,124 +371,141 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...], bool]:
     """``normalize(expr)``, the names of the rules it references, each once, in order of
     first reference (what ``Rule.refs`` holds), and whether one of its character classes
     matches no code point (``Rule.has_empty_class``), from the same walk."""
-    done: dict = {}  # id(node) -> normal form of node
-    refs_of: dict = {}  # id(node) -> the rules node references
-    # Classes that match nothing are rare: instead of a flag per node, a count of those met
-    # so far in the (post-order) walk; a subtree holds one when the count grew while it was
-    # walked. A stack entry is (node, the count when its children were pushed, or -1 before).
-    empties = 0
+    kind = expr.__class__
+    if kind not in _COMPOUND:
+        if kind is RuleRef:
+            return expr, (expr.name,), False
+        if kind in _LEAF_KINDS:
+            return expr, (), kind is CharClass and expr.matches_nothing()
+        raise TypeError(f"not a grammar expression: {expr!r}")
     table = getattr(_SCOPE, "table", None)
     scoped = table is not None
     if not scoped:
         table = _KNOWN_NORMAL
-    stack = [(expr, -1)]
+    # id(node) -> (node, its normal form, the rules it references, a class in it matches
+    # nothing): the compound nodes of this walk, and those found in the tables
+    done: dict = {}
+    known = table.get(id(expr))
+    if known is None and scoped:
+        known = _KNOWN_NORMAL.get(id(expr))  # a long-lived expression (normal_constant)
+    if known is not None:
+        return known[1], known[2], known[3]
+    # Post-order: a node stays on the stack until every compound child is done (a child
+    # already in a table is done on sight; a node of leaves alone is done on its first visit)
+    stack = [expr]
     steps = 0
     while stack:
+        node = stack[-1]
         steps += 1
-        if steps % 4096 == 0:  # a deeply nested schema normalises big trees many times
+        if steps & 4095 == 0:  # a deeply nested schema normalises big trees many times
             from gxg import compile_budget  # here: compile_budget imports this module
             compile_budget.check("the grammar's normalisation")
-        node, start = stack.pop()
-        if isinstance(node, (Literal, CharClass, TokenSet)):
-            done[id(node)] = node
-            refs_of[id(node)] = ()
-            if node.__class__ is CharClass and node.matches_nothing():
-                empties += 1
+        if id(node) in done:
+            stack.pop()
             continue
-        if isinstance(node, RuleRef):
-            done[id(node)] = node
-            refs_of[id(node)] = (node.name,)
-            continue
-        known = table.get(id(node))
-        if known is None and scoped:
-            known = _KNOWN_NORMAL.get(id(node))  # a long-lived expression (normal_constant)
-        if known is not None:
-            done[id(node)], refs_of[id(node)] = known[1], known[2]
-            empties += known[3]
-            continue
-        if not isinstance(node, (Sequence, Choice, Repeat)):
-            raise TypeError(f"not a grammar expression: {node!r}")
-        kids = children(node)
-        if start < 0:
-            # leaves are not pushed: they are their own normal form, and the classes among
-            # them that match nothing are counted here, inside this node's part of the count
-            stack.append((node, empties))
-            for child in reversed(kids):
-                kind = child.__class__
-                if kind is Sequence or kind is Choice or kind is Repeat:
-                    stack.append((child, -1))
-                elif kind is CharClass:
-                    empties += child.matches_nothing()
-                elif kind not in _LEAF_KINDS:
-                    raise TypeError(f"not a grammar expression: {child!r}")
-            continue
-        normal = [done[id(child)] if child.__class__ in _COMPOUND else child for child in kids]
-        # flattening and merging literals keep the references' order
-        refs = _merged_refs([refs_of[id(child)] if child.__class__ in _COMPOUND
-                             else (child.name,) if child.__class__ is RuleRef else ()
-                             for child in kids])
-        empty = empties > start
-        if not any(map(is_not, normal, kids)) and _already_normal(node):
-            result = node  # kept as it is: normalising a normal tree allocates nothing
-        elif isinstance(node, Sequence):
-            result = _normal_sequence(normal)
-        elif isinstance(node, Choice):
-            flat: list = []
-            for alternative in normal:
-                if isinstance(alternative, Choice):
-                    flat.extend(alternative.alternatives)
+        kind = node.__class__
+        kids = (node.items if kind is Sequence else node.alternatives if kind is Choice
+                else (node.expr,))
+        waiting = False
+        for child in kids:
+            if child.__class__ in _COMPOUND and id(child) not in done:
+                known = table.get(id(child))
+                if known is None and scoped:
+                    known = _KNOWN_NORMAL.get(id(child))
+                if known is not None:
+                    done[id(child)] = known
                 else:
-                    flat.append(alternative)
-            result = flat[0] if len(flat) == 1 else Choice(tuple(flat))
-        else:
+                    stack.append(child)
+                    waiting = True
+        if waiting:
+            continue
+        stack.pop()
+        normal = []
+        parts = []  # the children's references, in order
+        empty = False
+        changed = False
+        for child in kids:
+            child_kind = child.__class__
+            if child_kind in _COMPOUND:
+                entry = done[id(child)]
+                if entry[1] is not child:
+                    changed = True
+                normal.append(entry[1])
+                if entry[2]:
+                    parts.append(entry[2])
+                if entry[3]:
+                    empty = True
+                continue
+            if child_kind is RuleRef:
+                parts.append((child.name,))
+            elif child_kind is CharClass:
+                if child.matches_nothing():
+                    empty = True
+            elif child_kind not in _LEAF_KINDS:
+                raise TypeError(f"not a grammar expression: {child!r}")
+            normal.append(child)
+        refs = _merged_refs(parts)
+        if kind is Sequence:
+            result = (node if not changed and _normal_items(normal)
+                      else _normal_sequence(normal))
+        elif kind is Choice:
+            if len(normal) >= 2 and Choice not in map(type, normal):
+                result = node if not changed else Choice(tuple(normal))
+            else:
+                flat: list = []
+                for alternative in normal:
+                    if alternative.__class__ is Choice:
+                        flat.extend(alternative.alternatives)
+                    else:
+                        flat.append(alternative)
+                result = flat[0] if len(flat) == 1 else Choice(tuple(flat))
+        elif kind is Repeat:
             inner = normal[0]
-            if node.max == 0 or inner == EMPTY:
-                result, refs, empty, empties = EMPTY, (), False, start  # the body is gone
+            if node.max == 0 or (inner.__class__ is Literal and not inner.data):
+                result, refs, empty = EMPTY, (), False  # the body is gone
             elif node.min == 1 and node.max == 1:
                 result = inner
             else:
-                result = Repeat(inner, node.min, node.max)
-        done[id(node)] = result
-        refs_of[id(node)] = refs
+                result = node if not changed else Repeat(inner, node.min, node.max)
+        else:
+            raise TypeError(f"not a grammar expression: {node!r}")
+        entry = (node, result, refs, empty)
+        done[id(node)] = entry
         if scoped or result is node:
-            table[id(node)] = (node, result, refs, empty)
-    key = id(expr)
-    result, refs, empty = done[key], refs_of[key], empties > 0
+            table[id(node)] = entry
+    _, result, refs, empty = done[id(expr)]
     if not scoped and len(table) >= _KNOWN_NORMAL_LIMIT:
         table.clear()
-    if not isinstance(result, (Literal, CharClass, TokenSet, RuleRef)):
+    if result.__class__ in _COMPOUND:
         table[id(result)] = (result, result, refs, empty)
     return result, refs, empty
 
 
 def _merged_refs(parts) -> Tuple[str, ...]:
-    """The names of ``parts`` (tuples of rule names, in order), each once, in order of first
-    appearance; a single non-empty part comes back as it is."""
-    present = [refs for refs in parts if refs]
-    if len(present) <= 1:
-        return present[0] if present else ()
-    return tuple(dict.fromkeys(name for refs in present for name in refs))
+    """The names of ``parts`` (non-empty tuples of rule names, in order), each once, in order
+    of first appearance; a single part comes back as it is."""
+    if len(parts) <= 1:
+        return parts[0] if parts else ()
+    return tuple(dict.fromkeys(name for refs in parts for name in refs))
 
 
-def _already_normal(node: Expr) -> bool:
-    """Whether a Sequence, Choice or Repeat whose children are in normal form is itself."""
-    if isinstance(node, Sequence):
-        items = node.items
-        if len(items) < 2:
+def _normal_items(items: list) -> bool:
+    """Whether a sequence of these items (each in normal form) is in normal form: two or more,
+    none a sequence or the empty literal, no two literals side by side."""
+    if len(items) < 2:
+        return False
+    previous_literal = False
+    for item in items:
+        kind = item.__class__
+        if kind is Literal:
+            if previous_literal or not item.data:
+                return False
+            previous_literal = True
+        elif kind is Sequence:
             return False
-        previous_literal = False
-        for item in items:
-            if isinstance(item, Sequence):
-                return False
-            literal = isinstance(item, Literal)
-            if literal and (previous_literal or not item.data):
-                return False
-            previous_literal = literal
-        return True
-    if isinstance(node, Choice):
-        return len(node.alternatives) >= 2 and not any(
-            isinstance(alternative, Choice) for alternative in node.alternatives)
-    return not (node.max == 0 or node.expr == EMPTY or (node.min == 1 and node.max == 1))
+        else:
+            previous_literal = False
+    return True
 
 
 def children(node: Expr) -> Tuple[Expr, ...]:
