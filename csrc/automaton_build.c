@@ -29,6 +29,17 @@
 //   Invariant: the same DFA, state for state, as automaton._minimise(automaton._determinise())
 //        (tests/test_automaton_native.py checks it on random and real rule bodies).
 //
+// gxg_rule_dfa_program / gxg_program_nfa
+//   In:  a rule body as a program (automaton._program of the rule DFA cache's key: operations
+//        in pre-order, a blob of literal bytes, a table of class fragments; "rule programs"
+//        below), max_nodes, and for gxg_rule_dfa_program gxg_rule_dfa's budget and seconds.
+//   Out: gxg_rule_dfa_program: gxg_rule_dfa's buffer for the program's Thompson NFA, and
+//        status[2] the NFA's fresh states; gxg_program_nfa: the NFA itself (for the tests).
+//        status[0] NFA_TOO_LARGE past max_nodes, BAD_PROGRAM for a program that does not
+//        parse (both: the Python construction runs, and raises or builds).
+//   Work: one pass that checks the program and sizes each operation, one that places it.
+//   Invariant: the NFA of automaton._NfaBuilder.build, edge for edge and in the same order.
+//
 // gxg_breadth_first
 //   In:  a DFA as moves (source, letter, target), int64 [m, 3] in any order.
 //   Out: the states reachable from state 0, breadth-first with each state's moves in letter
@@ -56,8 +67,11 @@
 #include <string.h>
 #include <time.h>
 
-enum { RULE_DFA_OK = 0, TOO_MANY = -1, OUT_OF_TIME = -2, NOT_TRIM = -3, NO_MEMORY = -4,
-       NOT_CONTIGUOUS = -5 };
+// The status codes and the rule programs' operations are declared once, in
+// gxg/compiler/automaton.py (NATIVE_DEFINES), and reach this file as -D flags of its build.
+#ifndef GXG_AUTOMATON_DEFINES
+#error "build it with gxg.native.library('automaton_build.c', automaton.NATIVE_DEFINES)"
+#endif
 
 void gxg_free(void* pointer) { free(pointer); }
 
@@ -732,4 +746,288 @@ void gxg_fill_next_node(int64_t num_edges, const int64_t* edges, const int64_t* 
     for (int64_t f = interval_first[e[1]]; f < interval_stop[e[1]]; ++f)
       row[fine_class[f]] = (int32_t)e[2];
   }
+}
+
+// ---------------------------------------------------------------------------- rule programs
+
+// A rule body as automaton._body_key writes it (the rule DFA cache's key): its expressions in
+// pre-order, each an operation OP_* of OP_*_WIDTH ints (the codes come from
+// automaton.PROGRAM_OPS, passed to the build as -D defines):
+//   LITERAL offset length   bytes blob[offset .. offset + length) (length 0: the empty string)
+//   CLASS index             a character class: its fragment at classes + class_at[index]:
+//                           inner states I, edges E, then E edges (origin, lo, hi, destination)
+//                           where 0 is the entry, 1 the exit, 2 .. I + 1 the inner states
+//   REF k                   the body's k-th referenced rule (first-use numbering), k < R
+//   SEQUENCE n / CHOICE n   n >= 1 operands follow
+//   REPEAT min max          max = -1: unbounded; max >= 1; one operand follows
+//   BACK pc                 the operand that starts at pc again (a shared subexpression)
+typedef struct {
+  const int32_t* code;
+  int64_t length;
+  const uint8_t* blob;
+  int64_t blob_length;
+  const int32_t* classes;
+  int64_t classes_length;
+  const int64_t* class_at;
+  int64_t num_classes;
+  int32_t num_refs;
+} Program;
+
+// Whether every class's fragment lies inside the table and its edges join its own states.
+static int fragments_valid(const Program* p) {
+  for (int64_t k = 0; k < p->num_classes; ++k) {
+    int64_t at = p->class_at[k];
+    if (at < 0 || at + 2 > p->classes_length) return 0;
+    const int32_t* fragment = p->classes + at;
+    if (fragment[0] < 0 || fragment[1] < 0 || at + 2 + 4 * (int64_t)fragment[1] > p->classes_length)
+      return 0;
+    for (int32_t e = 0; e < fragment[1]; ++e) {
+      const int32_t* edge = fragment + 2 + 4 * e;
+      if (edge[0] < 0 || edge[0] > fragment[0] + 1 || edge[3] < 0 || edge[3] > fragment[0] + 1 ||
+          edge[1] < 0 || edge[1] > edge[2] || edge[2] > 255)
+        return 0;
+    }
+  }
+  return 1;
+}
+
+static int64_t capped(int64_t x, int64_t cap) { return x > cap ? cap : x; }
+
+// Checks the program and writes, at each operation's pc, where it ends and the fresh NFA states
+// its placement creates (automaton._NfaBuilder.size_of, capped at cap). Returns the body's size,
+// or BAD_PROGRAM.
+static int64_t program_scan(const Program* p, int64_t* end, int64_t* size, int64_t cap) {
+  typedef struct { int64_t pc, left, sum; } Open;  // a compound operation and its operands
+  const int32_t* code = p->code;
+  int64_t result = BAD_PROGRAM;
+  Open* open = (Open*)malloc((size_t)(p->length / 2 + 1) * sizeof(Open));
+  int64_t depth = 0, pc = 0;
+  if (!open) return NO_MEMORY;
+  if (!fragments_valid(p)) { free(open); return BAD_PROGRAM; }
+  for (int64_t i = 0; i < p->length; ++i) end[i] = 0;
+  while (pc < p->length) {
+    int32_t op = code[pc];
+    int64_t width, own;
+    if (op == OP_SEQUENCE || op == OP_CHOICE) {
+      if (pc + OP_SEQUENCE_WIDTH > p->length || code[pc + 1] < 1) goto done;
+      open[depth].pc = pc; open[depth].left = code[pc + 1]; open[depth].sum = 0; ++depth;
+      pc += OP_SEQUENCE_WIDTH;
+      continue;
+    }
+    if (op == OP_REPEAT) {
+      if (pc + OP_REPEAT_WIDTH > p->length || code[pc + 1] < 0 ||
+          !(code[pc + 2] == -1 || (code[pc + 2] >= 1 && code[pc + 2] >= code[pc + 1])))
+        goto done;
+      open[depth].pc = pc; open[depth].left = 1; open[depth].sum = 0; ++depth;
+      pc += OP_REPEAT_WIDTH;
+      continue;
+    }
+    if (op == OP_LITERAL) {
+      width = OP_LITERAL_WIDTH;
+      if (pc + width > p->length || code[pc + 1] < 0 || code[pc + 2] < 0 ||
+          (int64_t)code[pc + 1] + code[pc + 2] > p->blob_length)
+        goto done;
+      own = code[pc + 2] > 0 ? code[pc + 2] - 1 : 0;
+    } else if (op == OP_CLASS) {
+      width = OP_CLASS_WIDTH;
+      if (pc + width > p->length || code[pc + 1] < 0 || code[pc + 1] >= p->num_classes) goto done;
+      own = p->classes[p->class_at[code[pc + 1]]];
+    } else if (op == OP_REF) {
+      width = OP_REF_WIDTH;
+      if (pc + width > p->length || code[pc + 1] < 0 || code[pc + 1] >= p->num_refs) goto done;
+      own = 0;
+    } else if (op == OP_BACK) {
+      width = OP_BACK_WIDTH;
+      // an operand met before, and complete: its end is set and lies before this pc
+      if (pc + width > p->length || code[pc + 1] < 0 || code[pc + 1] >= pc ||
+          end[code[pc + 1]] <= 0 || end[code[pc + 1]] > pc || code[code[pc + 1]] == OP_BACK)
+        goto done;
+      own = size[code[pc + 1]];
+    } else {
+      goto done;
+    }
+    end[pc] = pc + width;
+    size[pc] = own;
+    pc += width;
+    // the operation is complete: so are the compound operations it completes
+    while (depth > 0) {
+      Open* o = &open[depth - 1];
+      o->sum = capped(o->sum + own, cap);
+      if (--o->left > 0) break;
+      const int32_t* c = code + o->pc;
+      if (c[0] == OP_SEQUENCE) {
+        own = capped(c[1] - 1 + o->sum, cap);
+      } else if (c[0] == OP_CHOICE) {
+        own = o->sum;
+      } else if (c[2] < 0) {  // min + 2 + (min + 1) * body, as automaton._NfaBuilder._own_size
+        own = capped((int64_t)c[1] + 2 + ((int64_t)c[1] + 1) * o->sum, cap);
+      } else {
+        own = capped((int64_t)c[2] - 1 + (int64_t)c[2] * o->sum, cap);
+      }
+      end[o->pc] = pc;
+      size[o->pc] = own;
+      --depth;
+    }
+    if (depth == 0) {
+      if (pc == p->length) result = own;
+      goto done;  // one operand makes the whole program
+    }
+  }
+done:
+  free(open);
+  return result;
+}
+
+// The Thompson NFA of a scanned program, edge for edge what automaton._NfaBuilder.build adds
+// (the same placements in the same order: a stack of (pc, source, target)).
+static int program_place(const Program* p, const int64_t* end, IntVec* byte, IntVec* ref,
+                         IntVec* eps, int32_t* num_states) {
+  IntVec todo = {0};
+  int32_t n = 2;
+  int ok = vec_push(&todo, 0) && vec_push(&todo, 0) && vec_push(&todo, 1);
+  while (ok && todo.size > 0) {
+    todo.size -= 3;
+    int64_t pc = todo.data[todo.size];
+    int32_t source = todo.data[todo.size + 1], target = todo.data[todo.size + 2];
+    const int32_t* c = p->code + pc;
+    if (c[0] == OP_BACK) { pc = c[1]; c = p->code + pc; }
+    if (c[0] == OP_LITERAL) {
+      if (c[2] == 0) { ok = vec_push(eps, source) && vec_push(eps, target); continue; }
+      int32_t state = source;
+      for (int32_t i = 0; ok && i < c[2]; ++i) {
+        int32_t following = i == c[2] - 1 ? target : n++;
+        int32_t b = p->blob[c[1] + i];
+        ok = vec_reserve(byte, 4);
+        if (ok) {
+          byte->data[byte->size++] = state; byte->data[byte->size++] = b;
+          byte->data[byte->size++] = b; byte->data[byte->size++] = following;
+        }
+        state = following;
+      }
+    } else if (c[0] == OP_CLASS) {
+      const int32_t* fragment = p->classes + p->class_at[c[1]];
+      int32_t first_inner = n;
+      n += fragment[0];
+      ok = vec_reserve(byte, 4 * (int64_t)fragment[1]);
+      for (int32_t e = 0; ok && e < fragment[1]; ++e) {
+        const int32_t* edge = fragment + 2 + 4 * e;
+        int32_t from = edge[0] == 0 ? source : edge[0] == 1 ? target : first_inner + edge[0] - 2;
+        int32_t to = edge[3] == 0 ? source : edge[3] == 1 ? target : first_inner + edge[3] - 2;
+        byte->data[byte->size++] = from; byte->data[byte->size++] = edge[1];
+        byte->data[byte->size++] = edge[2]; byte->data[byte->size++] = to;
+      }
+    } else if (c[0] == OP_REF) {
+      ok = vec_push(ref, source) && vec_push(ref, c[1]) && vec_push(ref, target);
+    } else if (c[0] == OP_SEQUENCE || c[0] == OP_CHOICE) {
+      int64_t operand = pc + OP_SEQUENCE_WIDTH;
+      int32_t state = source;
+      for (int32_t i = 0; ok && i < c[1]; ++i) {
+        int32_t following = c[0] == OP_CHOICE ? target : i == c[1] - 1 ? target : n++;
+        ok = vec_reserve(&todo, 3);
+        if (ok) {
+          todo.data[todo.size++] = (int32_t)operand;
+          todo.data[todo.size++] = c[0] == OP_CHOICE ? source : state;
+          todo.data[todo.size++] = following;
+        }
+        state = following;
+        operand = end[operand];
+      }
+    } else {  // OP_REPEAT, as automaton._NfaBuilder._place_repeat
+      int32_t body = (int32_t)(pc + OP_REPEAT_WIDTH), low = c[1], high = c[2];
+      int32_t state = source;
+      if (high < 0) {
+        for (int32_t i = 0; ok && i < low; ++i) {
+          int32_t following = n++;
+          ok = vec_push(&todo, body) && vec_push(&todo, state) && vec_push(&todo, following);
+          state = following;
+        }
+        int32_t entry = n++, back = n++;
+        ok = ok && vec_push(eps, state) && vec_push(eps, entry) && vec_push(eps, back) &&
+             vec_push(eps, entry) && vec_push(eps, entry) && vec_push(eps, target) &&
+             vec_push(&todo, body) && vec_push(&todo, entry) && vec_push(&todo, back);
+      } else {
+        for (int32_t index = 1; ok && index <= high; ++index) {
+          int32_t following = index == high ? target : n++;
+          ok = vec_push(&todo, body) && vec_push(&todo, state) && vec_push(&todo, following);
+          if (ok && index - 1 >= low) ok = vec_push(eps, state) && vec_push(eps, target);
+          state = following;
+        }
+      }
+    }
+  }
+  free(todo.data);
+  *num_states = n;
+  return ok;
+}
+
+// The NFA of a program, checked against max_nodes: RULE_DFA_OK, NFA_TOO_LARGE (more than
+// max_nodes fresh states: automaton._NfaBuilder raises its message), BAD_PROGRAM, NO_MEMORY.
+static int program_nfa(const Program* p, int64_t max_nodes, IntVec* byte, IntVec* ref,
+                       IntVec* eps, int32_t* num_states) {
+  int64_t* end = (int64_t*)malloc((size_t)(p->length > 0 ? p->length : 1) * sizeof(int64_t));
+  int64_t* size = (int64_t*)malloc((size_t)(p->length > 0 ? p->length : 1) * sizeof(int64_t));
+  int result = NO_MEMORY;
+  if (end && size && max_nodes >= 0 && max_nodes < INT32_MAX - 2) {
+    int64_t total = program_scan(p, end, size, max_nodes + 1);
+    if (total < 0) result = (int)total;
+    else if (total > max_nodes) result = NFA_TOO_LARGE;
+    else if (program_place(p, end, byte, ref, eps, num_states)) result = RULE_DFA_OK;
+  }
+  free(end);
+  free(size);
+  return result;
+}
+
+// gxg_program_nfa: the NFA alone (tests compare it with automaton._NfaBuilder's): a malloc'd
+// int32 buffer [length, states, byte edges B, reference edges F, epsilon edges P, then 4B, 3F
+// and 2P ints], or 0 with status[0] < 0.
+int32_t* gxg_program_nfa(const int32_t* code, int64_t length, const uint8_t* blob,
+                         int64_t blob_length, const int32_t* classes, int64_t classes_length,
+                         const int64_t* class_at, int64_t num_classes, int32_t num_refs,
+                         int64_t max_nodes, int64_t* status) {
+  Program p = {code, length, blob, blob_length, classes, classes_length, class_at, num_classes,
+               num_refs};
+  IntVec byte = {0}, ref = {0}, eps = {0};
+  int32_t num_states = 0;
+  int32_t* result = 0;
+  status[0] = program_nfa(&p, max_nodes, &byte, &ref, &eps, &num_states);
+  int64_t total = 5 + byte.size + ref.size + eps.size;
+  if (status[0] == RULE_DFA_OK && total <= INT32_MAX) {
+    result = (int32_t*)malloc((size_t)total * sizeof(int32_t));
+    if (result) {
+      int32_t header[5] = {(int32_t)total, num_states, (int32_t)(byte.size / 4),
+                           (int32_t)(ref.size / 3), (int32_t)(eps.size / 2)};
+      memcpy(result, header, sizeof(header));
+      memcpy(result + 5, byte.data, (size_t)byte.size * sizeof(int32_t));
+      memcpy(result + 5 + byte.size, ref.data, (size_t)ref.size * sizeof(int32_t));
+      memcpy(result + 5 + byte.size + ref.size, eps.data, (size_t)eps.size * sizeof(int32_t));
+    }
+  }
+  if (status[0] == RULE_DFA_OK && !result) status[0] = NO_MEMORY;
+  free(byte.data); free(ref.data); free(eps.data);
+  return result;
+}
+
+// gxg_rule_dfa_program: gxg_rule_dfa of a program's NFA; status[2] is the NFA's fresh states
+// (what the rule DFA cache records against max_nodes). status[0] as gxg_rule_dfa's, or
+// NFA_TOO_LARGE / BAD_PROGRAM (both: the Python construction runs, and raises or builds).
+int32_t* gxg_rule_dfa_program(const int32_t* code, int64_t length, const uint8_t* blob,
+                              int64_t blob_length, const int32_t* classes,
+                              int64_t classes_length, const int64_t* class_at,
+                              int64_t num_classes, int32_t num_refs, int64_t max_nodes,
+                              int64_t budget, double seconds_left, int64_t* status) {
+  Program p = {code, length, blob, blob_length, classes, classes_length, class_at, num_classes,
+               num_refs};
+  IntVec byte = {0}, ref = {0}, eps = {0};
+  int32_t num_states = 0;
+  int32_t* result = 0;
+  status[1] = 0;
+  status[0] = program_nfa(&p, max_nodes, &byte, &ref, &eps, &num_states);
+  if (status[0] == RULE_DFA_OK) {
+    status[2] = num_states - 2;
+    result = gxg_rule_dfa(num_states, byte.data, byte.size / 4, ref.data, ref.size / 3,
+                          num_refs, eps.data, eps.size / 2, budget, seconds_left, status);
+  }
+  free(byte.data); free(ref.data); free(eps.data);
+  return result;
 }

@@ -26,14 +26,16 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 _LOG = logging.getLogger(__name__)
 FLAGS = ("-O3", "-shared", "-fPIC", "-std=c99")
+Defines = Tuple[Tuple[str, int], ...]
 BUILD_TIMEOUT_S = 60
 
 _lock = threading.Lock()
-_loaded: Dict[str, Optional[ctypes.CDLL]] = {}  # per C file: the library, or None (a cache)
+# per (C file, defines): the library, or None (a cache)
+_loaded: Dict[Tuple[str, Defines], Optional[ctypes.CDLL]] = {}
 
 
 def enabled() -> bool:
@@ -41,23 +43,27 @@ def enabled() -> bool:
     return os.environ.get("GXG_NATIVE", "1").strip() not in ("0", "false", "no", "off")
 
 
-def library(name: str) -> Optional[ctypes.CDLL]:
-    """The compiled ``csrc/<name>``, or None (disabled, no compiler, the build failed)."""
+def library(name: str, defines: Defines = ()) -> Optional[ctypes.CDLL]:
+    """The compiled ``csrc/<name>``, or None (disabled, no compiler, the build failed).
+    ``defines``: (macro, integer) pairs passed as ``-Dmacro=integer``, for constants that
+    Python declares and the C file reads (one source for both)."""
     if not enabled():
         return None
-    if name in _loaded:  # read without the lock: entries are only ever added
-        return _loaded[name]
+    key = (name, defines)
+    if key in _loaded:  # read without the lock: entries are only ever added
+        return _loaded[key]
     with _lock:
-        if name not in _loaded:
-            _loaded[name] = _build_and_load(name)
-        return _loaded[name]
+        if key not in _loaded:
+            _loaded[key] = _build_and_load(name, defines)
+        return _loaded[key]
 
 
-def function(name: str, symbol: str, argtypes: tuple,
-             restype=None) -> Optional[ctypes._CFuncPtr]:
-    """``symbol`` of ``library(name)`` with its argument and result types set (pointers as
-    ``ctypes.c_void_p``, so 64-bit addresses pass whole), or None where ``library`` is."""
-    found = library(name)
+def function(name: str, symbol: str, argtypes: tuple, restype=None,
+             defines: Defines = ()) -> Optional[ctypes._CFuncPtr]:
+    """``symbol`` of ``library(name, defines)`` with its argument and result types set
+    (pointers as ``ctypes.c_void_p``, so 64-bit addresses pass whole), or None where
+    ``library`` is."""
+    found = library(name, defines)
     if found is None:
         return None
     kernel = getattr(found, symbol)
@@ -90,7 +96,7 @@ def _compiler() -> Optional[str]:
     return None
 
 
-def _build_and_load(name: str) -> Optional[ctypes.CDLL]:
+def _build_and_load(name: str, defines: Defines) -> Optional[ctypes.CDLL]:
     try:
         source = _source(name)
     except OSError as error:
@@ -100,21 +106,22 @@ def _build_and_load(name: str) -> Optional[ctypes.CDLL]:
     if compiler is None:
         _LOG.info("gxg.native: no C compiler; using numpy for %s", name)
         return None
-    key = hashlib.sha256("\0".join((source, compiler, *FLAGS, platform.machine(),
+    flags = (*FLAGS, *(f"-D{macro}={int(value)}" for macro, value in defines))
+    key = hashlib.sha256("\0".join((source, compiler, *flags, platform.machine(),
                                     platform.system())).encode()).hexdigest()[:20]
     stem = Path(name).stem
     for folder in (cache_root() / "native", Path(tempfile.gettempdir()) / "gxg-native"):
         built = folder / f"{stem}-{key}.so"
         try:
             if not built.is_file():
-                _build(compiler, source, folder, built)
+                _build(compiler, flags, source, folder, built)
             return ctypes.CDLL(str(built))
         except (OSError, subprocess.SubprocessError) as error:
             _LOG.info("gxg.native: %s in %s failed (%s)", name, folder, error)
     return None
 
 
-def _build(compiler: str, source: str, folder: Path, built: Path) -> None:
+def _build(compiler: str, flags: tuple, source: str, folder: Path, built: Path) -> None:
     """Compile into a private name, then rename: processes that build at once each write their
     own file, and the last rename wins (the files are equal)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -122,7 +129,7 @@ def _build(compiler: str, source: str, folder: Path, built: Path) -> None:
         c_file = Path(work) / "source.c"
         c_file.write_text(source)
         output = Path(work) / built.name
-        done = subprocess.run([compiler, *FLAGS, "-o", str(output), str(c_file)],
+        done = subprocess.run([compiler, *flags, "-o", str(output), str(c_file)],
                               capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
             raise OSError(f"{compiler} exited with {done.returncode}: {done.stderr.strip()[:500]}")

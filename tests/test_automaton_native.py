@@ -5,6 +5,8 @@ the Python one; and a DFA the C construction does not take (a subset that cannot
 goes to the Python one."""
 from __future__ import annotations
 
+import array
+import ctypes
 import os
 import time
 from unittest import mock
@@ -19,7 +21,8 @@ from gxg.compiler import automaton
 from gxg.compiler.automaton import (_determinise, _minimal_dfa, _minimise, _Nfa, _NfaBuilder,
                                     build_automaton, clear_rule_dfa_cache)
 from gxg.compiler.passes import prepare
-from gxg.grammar.ir import CharClass, Choice, Grammar, GrammarError, Literal, Repeat, RuleRef
+from gxg.grammar.ir import (CharClass, Choice, Grammar, GrammarError, Literal, Repeat, RuleRef,
+                            normalize)
 from gxg.grammar.ir import Sequence as Seq
 
 from grammar_zoo import GRAMMAR_ZOO, zoo_grammar
@@ -29,7 +32,7 @@ REFS = {"x": 0, "y": 1}
 
 @pytest.fixture(autouse=True)
 def c_construction():
-    if native.library("automaton_build.c") is None:
+    if native.library("automaton_build.c", automaton.NATIVE_DEFINES) is None:
         pytest.skip("no C compiler here: the automaton is built in Python only")
 
 
@@ -84,6 +87,101 @@ def test_random_bodies_give_the_python_dfa_state_for_state(body):
     _same(_minimal_dfa(nfa, len(REFS), "r", 10**6, 500_000), _python_minimal(nfa))
 
 
+_PROGRAM_NFA_ARGS = automaton._RULE_DFA_PROGRAM_ARGS[:9] + (ctypes.c_int64, ctypes.c_void_p)
+
+
+def _program_nfa(key, builder):
+    """(status, the NFA as ``gxg_program_nfa`` builds it from the key's program, or None)."""
+    kernel = automaton._native("gxg_program_nfa", _PROGRAM_NFA_ARGS, ctypes.c_void_p)
+    program = automaton._program(key.items) if isinstance(key, automaton._BodyKey) else key
+    arguments, keep = automaton._program_arguments(program, builder)
+    status = (ctypes.c_int64 * 3)()
+    pointer = kernel(*arguments, len(builder.rule_ids), builder.max_nodes, status)
+    if not pointer:
+        return status[0], None
+    header = (ctypes.c_int32 * 5).from_address(pointer)
+    length, num_states, num_byte, num_ref, num_eps = header
+    ints = list((ctypes.c_int32 * length).from_address(pointer))[5:]
+    automaton._free(pointer)
+    nfa = _Nfa()
+    nfa.num_states = num_states
+    nfa.byte_edges = ints[:4 * num_byte]
+    nfa.ref_edges = ints[4 * num_byte:4 * num_byte + 3 * num_ref]
+    nfa.epsilon = ints[4 * num_byte + 3 * num_ref:]
+    assert len(nfa.epsilon) == 2 * num_eps
+    return status[0], nfa
+
+
+def _nfa_lists(nfa):
+    return nfa.num_states, list(nfa.byte_edges), list(nfa.ref_edges), list(nfa.epsilon)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(BODIES)
+def test_the_nfa_of_a_program_is_the_builders_edge_for_edge(body):
+    """``gxg_program_nfa`` places a rule's program (``_body_key``) as ``_NfaBuilder`` places the
+    body: the same states and edges in the same order, for bodies with shared subexpressions
+    (BACK operations) too; and the DFA built from the program is the one from that NFA."""
+    body = normalize(body)  # what a rule holds
+    shared = normalize(Seq((body, Choice((body, Literal(b";"))), Repeat(body, 0, None))))
+    for expr in (body, shared):
+        key, names = automaton._body_key(expr)
+        builder = _NfaBuilder("r", names, 500_000, {})
+        status, from_program = _program_nfa(key, builder)
+        assert status == 0
+        expected = builder.build(expr)
+        assert _nfa_lists(from_program) == _nfa_lists(expected)
+        dfa, subsets, nfa_states = automaton._c_program_dfa(key, len(names), builder, 10**6)
+        assert nfa_states == expected.num_states - 2
+        _same((dfa, subsets), _python_minimal(expected))
+
+
+def test_a_program_past_max_nodes_gets_the_builders_message():
+    """A program whose NFA would pass max_nodes is left to the builder, which raises its
+    message (the innermost repetition too large first)."""
+    body = Seq((Literal(b"a"), Repeat(Seq((CharClass(((0x61, 0x7A),)), Literal(b"b"))), 0, 900)))
+    key, names = automaton._body_key(body)
+    builder = _NfaBuilder("r", names, 1000, {})
+    assert _program_nfa(key, builder) == (automaton.C_STATUS["NFA_TOO_LARGE"], None)
+    assert automaton._c_program_dfa(key, 0, builder, 10**6) is None
+    message = (r"the repetition \(\[a-z\] \"b\"\)\{0,900\} would need 1799 automaton nodes, "
+               "more than the limit of 1000")
+    with pytest.raises(GrammarError, match=message):
+        automaton._rule_dfa("r", body, {}, 1000, {}, {}, 10**6, True)
+
+
+def _program(*ints):
+    """A hand-written program: (its int32 code, the blob b"ab", one class [a])."""
+    return array.array("i", ints).tobytes(), b"ab", (CharClass(((0x61, 0x61),)),)
+
+
+OPS = {name: code for name, (code, _) in automaton.PROGRAM_OPS.items()}
+MALFORMED = {
+    "empty": (),
+    "unknown operation": (99, 0),
+    "truncated": (OPS["SEQUENCE"], 2, OPS["REF"], 0),
+    "two programs": (OPS["REF"], 0, OPS["REF"], 0),
+    "literal past the blob": (OPS["LITERAL"], 1, 5),
+    "negative literal": (OPS["LITERAL"], -1, 1),
+    "class out of range": (OPS["CLASS"], 1),
+    "reference out of range": (OPS["REF"], 1),
+    "empty sequence": (OPS["SEQUENCE"], 0),
+    "repeat max 0": (OPS["REPEAT"], 0, 0, OPS["REF"], 0),
+    "repeat max below min": (OPS["REPEAT"], 3, 2, OPS["REF"], 0),
+    "back to itself": (OPS["SEQUENCE"], 2, OPS["REF"], 0, OPS["BACK"], 0),
+    "back forward": (OPS["SEQUENCE"], 2, OPS["BACK"], 4, OPS["REF"], 0),
+    "back into an operation": (OPS["SEQUENCE"], 2, OPS["LITERAL"], 0, 2, OPS["BACK"], 3),
+}
+
+
+@pytest.mark.parametrize("ints", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_program_is_refused_not_read(ints):
+    """The C construction checks a program before it places it (BAD_PROGRAM: the caller then
+    builds the rule in Python)."""
+    builder = _NfaBuilder("r", {"x": 0}, 1000, {})
+    assert _program_nfa(_program(*ints), builder) == (automaton.C_STATUS["BAD_PROGRAM"], None)
+
+
 # ------------------------------------------------------------------ whole grammars
 
 SCHEMAS = [
@@ -121,18 +219,21 @@ def test_grammars_get_the_same_automaton(name, make, pruned, monkeypatch):
     construction's, for prepared grammars (rule DFAs and byte classes in C) and raw ones (byte
     classes in C)."""
     grammar = prepare(make()) if pruned else make()
-    calls = []
-    original = automaton._c_minimal_dfa
-    monkeypatch.setattr(automaton, "_c_minimal_dfa",
-                        lambda *a: calls.append(1) or original(*a))
-    in_c, in_python = _tables(grammar, "1"), _tables(grammar, "0")
+    built_in_c = []  # rule DFAs built from their programs in C, NFA included
+    original = automaton._c_program_dfa
+    monkeypatch.setattr(automaton, "_c_program_dfa",
+                        lambda *a: built_in_c.append(original(*a)) or built_in_c[-1])
+    in_c = _tables(grammar, "1")
+    c_run = built_in_c[:]  # (the Python run calls it too, and gets None)
+    in_python = _tables(grammar, "0")
     assert in_c.keys() == in_python.keys()
     for table, value in in_c.items():
         if isinstance(value, np.ndarray):
             np.testing.assert_array_equal(value, in_python[table], err_msg=table)
         else:
             assert value == in_python[table], table
-    assert calls or not pruned  # a prepared grammar's rules went through C
+    # a prepared grammar's rules went through C
+    assert (c_run and all(c_run)) or not pruned
 
 
 @settings(max_examples=200, deadline=None)

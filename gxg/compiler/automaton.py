@@ -114,10 +114,11 @@ Construction (``build_automaton``)
    runtime keeps can therefore still complete, so "some live stack" means "viable prefix".
 4. Hopcroft minimisation per rule (node merging, paper section 3.4): finality, byte targets and
    reference targets must agree. Rules are never merged with each other.
-   Steps 2 and 4 of a grammar with no dead parts run in C (``csrc/automaton_build.c``:
-   ``_minimal_dfa``) where a C compiler is found, with the Python construction as reference and
-   fallback: one DFA, state for state, since both number the minimal DFA's states
-   breadth-first with each state's moves in letter order.
+   Steps 1, 2 and 4 of a grammar with no dead parts run in C (``csrc/automaton_build.c``:
+   ``_c_program_dfa``, from the body's program, and ``_minimal_dfa``) where a C compiler is
+   found, with the Python construction as reference and fallback: one NFA, edge for edge, and
+   one DFA, state for state, since both number the minimal DFA's states breadth-first with
+   each state's moves in letter order.
 5. Tables: global byte classes are the common refinement of every rule's coarsest byte
    partition (in C too, where it is built: ``_c_byte_tables``); nodes are numbered rule by
    rule, breadth-first from the rule's start node, so each rule's nodes are contiguous and its
@@ -164,6 +165,26 @@ __all__ = ["Automaton", "build_automaton", "clear_rule_dfa_cache", "DEFAULT_MAX_
 # 10000 needs 80k nodes and builds in seconds. The builder's peak memory is about 1.2 kB per
 # node, so the default allows ~600 MB; beyond it GrammarError says what was too large.
 DEFAULT_MAX_NODES = 500_000
+
+# A rule body as a program (``_body_key``, which the rule DFA cache keys on and
+# ``csrc/automaton_build.c`` builds the NFA from): name -> (code, ints per operation).
+PROGRAM_OPS = {"LITERAL": (0, 3), "CLASS": (1, 2), "REF": (2, 2), "SEQUENCE": (3, 2),
+               "CHOICE": (4, 2), "REPEAT": (5, 3), "BACK": (6, 2)}
+_OP_LITERAL, _OP_CLASS, _OP_REF, _OP_SEQUENCE, _OP_CHOICE, _OP_REPEAT, _OP_BACK = (
+    code for code, _ in PROGRAM_OPS.values())
+# The C construction's status codes; all but OK, TOO_MANY and OUT_OF_TIME ask for the Python one.
+C_STATUS = {"RULE_DFA_OK": 0, "TOO_MANY": -1, "OUT_OF_TIME": -2, "NOT_TRIM": -3,
+            "NO_MEMORY": -4, "NOT_CONTIGUOUS": -5, "NFA_TOO_LARGE": -6, "BAD_PROGRAM": -7}
+# csrc/automaton_build.c reads both from here, as -D flags of its build
+NATIVE_DEFINES = (("GXG_AUTOMATON_DEFINES", 1), *C_STATUS.items(),
+                  *((f"OP_{name}", code) for name, (code, _) in PROGRAM_OPS.items()),
+                  *((f"OP_{name}_WIDTH", width) for name, (_, width) in PROGRAM_OPS.items()))
+
+
+def _native(symbol: str, argtypes: tuple, restype=None):
+    """``symbol`` of ``csrc/automaton_build.c`` built with this module's definitions, or None
+    (no C build: the Python construction runs)."""
+    return native.function("automaton_build.c", symbol, argtypes, restype, NATIVE_DEFINES)
 
 
 class LazyRows(dict):
@@ -463,6 +484,12 @@ def _rectangle_split(lo: int, hi: int, length: int) -> Optional[int]:
 class _ClassFragment:
     num_inner: int
     edges: Tuple[Tuple[int, int, int, int], ...]
+    #: (num_inner, number of edges, the edges' ints): the C construction's class table entry
+    flat: Tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flat", (self.num_inner, len(self.edges),
+                                          *(x for edge in self.edges for x in edge)))
 
 
 # A cache across grammars (fragments are immutable): the same classes — a JSON string's
@@ -945,8 +972,7 @@ def _minimal_dfa(nfa: _Nfa, num_refs: int, rule_name: str, budget: int,
     (``csrc/automaton_build.c``) where it is built, else by ``_minimise(_determinise())``: the
     same DFA, state for state. Raises GrammarError past the budget, CompileTimeoutError past
     the compile's deadline."""
-    kernel = native.function("automaton_build.c", "gxg_rule_dfa", _RULE_DFA_ARGS,
-                             ctypes.c_void_p)
+    kernel = _native("gxg_rule_dfa", _RULE_DFA_ARGS, ctypes.c_void_p)
     if kernel is not None:
         built = _c_minimal_dfa(kernel, nfa, num_refs, rule_name, budget, max_nodes)
         if built is not None:
@@ -958,8 +984,7 @@ def _minimal_dfa(nfa: _Nfa, num_refs: int, rule_name: str, budget: int,
 _RULE_DFA_ARGS = (ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                   ctypes.c_int64, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
                   ctypes.c_int64, ctypes.c_double, ctypes.c_void_p)
-# gxg_rule_dfa's status codes (csrc/automaton_build.c); the others ask for the Python build
-_C_TOO_MANY, _C_OUT_OF_TIME = -1, -2
+_C_TOO_MANY, _C_OUT_OF_TIME = C_STATUS["TOO_MANY"], C_STATUS["OUT_OF_TIME"]
 _C_HEADER = 5  # the result's length, states, moves, cuts, subsets
 
 
@@ -973,12 +998,70 @@ def _c_minimal_dfa(kernel, nfa: _Nfa, num_refs: int, rule_name: str, budget: int
     pointer = kernel(nfa.num_states, byte, len(nfa.byte_edges) // 4, refs,
                      len(nfa.ref_edges) // 3, num_refs, epsilon, len(nfa.epsilon) // 2,
                      budget, -1.0 if seconds is None else seconds, status)
+    return _c_result(pointer, status, rule_name, budget, max_nodes)
+
+
+_RULE_DFA_PROGRAM_ARGS = (ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64,
+                          ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                          ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_double,
+                          ctypes.c_void_p)
+
+
+def _class_table(classes: Tuple[CharClass, ...], builder: "_NfaBuilder"
+                 ) -> Tuple[array.array, array.array]:
+    """(the classes' fragments as one int32 table, where each starts): the C construction's
+    class table of a program."""
+    table = array.array("i")
+    starts = array.array("q")
+    for char_class in classes:
+        starts.append(len(table))
+        table.extend(builder.fragment(char_class).flat)
+    return table, starts
+
+
+def _program_arguments(program: Tuple[bytes, bytes, Tuple[CharClass, ...]],
+                       builder: "_NfaBuilder") -> tuple:
+    """The program arguments of ``gxg_program_nfa`` and ``gxg_rule_dfa_program`` (with the
+    arrays they point into, which must outlive the call)."""
+    code, blob, classes = program
+    table, starts = _class_table(classes, builder)
+    return ((code, len(code) // 4, blob, len(blob), table.buffer_info()[0], len(table),
+             starts.buffer_info()[0], len(starts)), (table, starts))
+
+
+def _c_program_dfa(key: "_BodyKey", num_refs: int, builder: "_NfaBuilder", budget: int
+                   ) -> Optional[Tuple[_RuleDfa, int, int]]:
+    """(the minimal DFA, its subset count, its NFA's fresh states) of a rule's key, its NFA
+    built in C from the key's program (``gxg_rule_dfa_program``: the NFA that ``builder.build``
+    gives, edge for edge); None where C is not built or asks for the Python construction (a
+    rule past max_nodes among them, whose message the builder gives)."""
+    kernel = _native("gxg_rule_dfa_program", _RULE_DFA_PROGRAM_ARGS, ctypes.c_void_p)
+    if kernel is None:
+        return None
+    try:
+        program = _program(key.items)
+    except OverflowError:  # a bound past int32: the builder reports it as too large
+        return None
+    arguments, keep = _program_arguments(program, builder)
+    status = (ctypes.c_int64 * 3)()
+    seconds = compile_budget.seconds_left()
+    pointer = kernel(*arguments, num_refs, builder.max_nodes, budget,
+                     -1.0 if seconds is None else seconds, status)
+    built = _c_result(pointer, status, builder.rule_name, budget, builder.max_nodes)
+    del keep
+    return None if built is None else (*built, status[2])
+
+
+def _c_result(pointer: int, status, rule_name: str, budget: int, max_nodes: int
+              ) -> Optional[Tuple[_RuleDfa, int]]:
+    """(the DFA, its subset count) from a buffer of ``gxg_rule_dfa``, which is freed; raises
+    past the budget or the deadline; None for a status that asks for the Python build."""
     if not pointer:
         if status[0] == _C_TOO_MANY:
             raise _too_many_nodes(rule_name, budget, max_nodes)
         if status[0] == _C_OUT_OF_TIME:
             raise compile_budget.timed_out("the automaton", rule_name)
-        return None  # a subset that cannot complete, or no memory: the Python build
+        return None  # a subset that cannot complete, no memory, too large: the Python build
     try:
         length = ctypes.c_int32.from_address(pointer).value
         result = np.ctypeslib.as_array((ctypes.c_int32 * length).from_address(pointer)).copy()
@@ -995,7 +1078,7 @@ def _c_minimal_dfa(kernel, nfa: _Nfa, num_refs: int, rule_name: str, budget: int
 
 
 def _free(pointer: int) -> None:
-    native.function("automaton_build.c", "gxg_free", (ctypes.c_void_p,))(pointer)
+    _native("gxg_free", (ctypes.c_void_p,))(pointer)
 
 
 # ----------------------------------------------------------------------------- dead parts
@@ -1430,8 +1513,7 @@ def _c_byte_tables(byte_edges: np.ndarray, interval_first: np.ndarray,
                    ) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     """(class of each fine interval, next_node) by ``gxg_byte_classes``, or None (no C build,
     or it asks for the numpy one)."""
-    classify = native.function("automaton_build.c", "gxg_byte_classes", _BYTE_CLASSES_ARGS,
-                               ctypes.c_int64)
+    classify = _native("gxg_byte_classes", _BYTE_CLASSES_ARGS, ctypes.c_int64)
     if classify is None:
         return None
     edges = np.ascontiguousarray(byte_edges, dtype=np.int64)
@@ -1443,7 +1525,7 @@ def _c_byte_tables(byte_edges: np.ndarray, interval_first: np.ndarray,
     if classes <= 0:
         return None
     next_node = np.full((num_nodes, classes), -1, dtype=np.int32)
-    native.function("automaton_build.c", "gxg_fill_next_node", _FILL_NEXT_NODE_ARGS)(
+    _native("gxg_fill_next_node", _FILL_NEXT_NODE_ARGS)(
         len(edges), edges.ctypes.data, first.ctypes.data, stop.ctypes.data,
         fine_class.ctypes.data, classes, next_node.ctypes.data)
     return fine_class, next_node
@@ -1838,6 +1920,41 @@ def _body_key(body: Expr) -> Optional[Tuple[_BodyKey, Dict[str, int]]]:
     return _BodyKey(tuple(out)), names
 
 
+def _program(items: tuple) -> Tuple[bytes, bytes, Tuple[CharClass, ...]]:
+    """A rule body's key (``_body_key``) as a program (``PROGRAM_OPS``; csrc/automaton_build.c
+    says what each operation holds), for the C construction: (the operations as int32 bytes,
+    the literals' bytes, the classes by their CLASS index). Made on a cache miss only: the key
+    itself stays a tuple, cheaper to make and hash for the hits."""
+    code: List[int] = []
+    put = code.extend
+    blob: List[bytes] = []
+    blob_length = 0
+    classes: Dict[CharClass, int] = {}
+    at: List[int] = []  # key item -> where its operation starts (BACK's operand)
+    for item in items:
+        at.append(len(code))
+        kind = item.__class__
+        if kind is bytes:
+            put((_OP_LITERAL, blob_length, len(item)))
+            blob.append(item)
+            blob_length += len(item)
+        elif kind is int:
+            put((_OP_REF, -1 - item))
+        elif kind is CharClass:
+            put((_OP_CLASS, classes.setdefault(item, len(classes))))
+        else:
+            tag = item[0]
+            if tag == "S":
+                put((_OP_SEQUENCE, item[1]))
+            elif tag == "A":
+                put((_OP_CHOICE, item[1]))
+            elif tag == "R":
+                put((_OP_REPEAT, item[1], -1 if item[2] is None else item[2]))
+            else:
+                put((_OP_BACK, at[item[1]]))
+    return array.array("i", code).tobytes(), b"".join(blob), tuple(classes)
+
+
 def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
               fragments: Dict[CharClass, _ClassFragment], token_rule_ids: Dict[TokenSet, int],
               budget: int, cacheable: bool
@@ -1863,6 +1980,12 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
     if chain is not None:  # minimal as built (see there): no subset construction
         _cache_rule_dfa(key[0], chain, builder.size_of(body), chain.num_states)
         return chain, chain.num_states, True, {}
+    if key is not None:  # the NFA from the key's program, in C (where it is built)
+        built = _c_program_dfa(key[0], len(key[1]), builder, budget)
+        if built is not None:
+            stored, subsets, nfa_states = built
+            _cache_rule_dfa(key[0], stored, nfa_states, subsets)
+            return stored, subsets, True, letters
     nfa = builder.build(body)
     if key is None:
         dfa = _determinise(nfa, name, budget, max_nodes)
@@ -1993,8 +2116,7 @@ def _breadth_first_flat(num_states: int, moves: np.ndarray) -> np.ndarray:
     breadth-first order with each state's moves taken in letter order (``gxg_breadth_first``
     in C where it is built; the same order in Python otherwise)."""
     moves = np.ascontiguousarray(moves, dtype=np.int64)
-    kernel = native.function("automaton_build.c", "gxg_breadth_first", _BREADTH_FIRST_ARGS,
-                             ctypes.c_int64)
+    kernel = _native("gxg_breadth_first", _BREADTH_FIRST_ARGS, ctypes.c_int64)
     if kernel is not None:
         order = np.empty(num_states, dtype=np.int64)
         reached = kernel(num_states, len(moves), moves.ctypes.data, order.ctypes.data)
