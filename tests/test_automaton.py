@@ -644,6 +644,32 @@ def test_lists_make_next_node_rows_on_first_use():
     assert rows[1] is rows[1] and len(rows) == a.num_nodes
 
 
+@pytest.mark.parametrize("ebnf_grammar_text", [
+    'root ::= "ab" [0-9]* | "x" r\nr ::= "yz"',
+    'root ::= a "," a | b\na ::= "[" (a | b)* "]"\nb ::= [a-z]+ c?\nc ::= "!" root?',
+    'root ::= Token(1, 2) r | "q"\nr ::= "z" (= "q")',
+    'root ::= r "x"\nr[max_tokens=2] ::= [a-c]*',
+])
+def test_lists_hold_each_nodes_facts(ebnf_grammar_text):
+    """``Automaton.lists``, the per-node Python lists the walks index, against their definitions
+    node by node: references, plain nodes, callers and the flags (token and counter nodes
+    included, which ``check_invariants`` does not know)."""
+    a = build_automaton(wrap_root(ebnf(ebnf_grammar_text)))
+    lists = a.lists
+    for node in range(a.num_nodes):
+        refs = tuple(a.refs(node))
+        assert lists.refs[node] == refs
+        assert lists.is_plain[node] is bool(a.is_scannable[node] and not a.is_final[node]
+                                            and not refs and a.token_next[node] < 0)
+        assert lists.is_final[node] is bool(a.is_final[node])
+        assert lists.token_next[node] == a.token_next[node]
+    callers = {}
+    for node in range(a.num_nodes):
+        for rule, ret in a.refs(node):
+            callers.setdefault(rule, set()).add(ret)
+    assert lists.callers == {rule: sorted(rets) for rule, rets in callers.items()}
+
+
 def test_equivalent_rules_stay_separate():
     a = build_ebnf('root ::= "x" p | "x" q\np ::= "1"\nq ::= "1"')
     assert a.num_rules == 4  # the wrapper, root, p, q
