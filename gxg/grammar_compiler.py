@@ -26,13 +26,14 @@ from typing import Optional, Tuple, Union
 import numpy as np
 
 from gxg import compile_budget
-from gxg.compiler.automaton import DEFAULT_MAX_NODES, Automaton, build_automaton, gc_paused
+from gxg.compiler.automaton import (DEFAULT_MAX_NODES, Automaton, LeftRecursionError,
+                                    build_automaton, gc_paused)
 from gxg.compiler.completion import CompletionDistances, completion_distances
 from gxg.compiler.mask_cache import (
     ContextPairs, KernelMaskLayout, MaskCache, NodeClassifier, NodeMasks, NodeTokenMask,
     StoreType, build_context_pairs, build_mask_cache, kernel_layout,
 )
-from gxg.compiler.passes import prepare
+from gxg.compiler.passes import find_left_recursion, prepare
 from gxg.compiler.vocab_walk import TokenTrie
 from gxg.grammar.ir import Grammar, GrammarError, normal_forms_kept
 from gxg.grammar.json_schema import deep_recursion, load_schema
@@ -305,12 +306,33 @@ def compile_grammar_ir(grammar: Grammar, tokenizer_info: TokenizerInfo,
     bytes) is a GrammarError naming it, raised as soon as the budget is exceeded.
     ``lazy_masks``: walk no vocabulary here; each node's entry is computed when first asked
     for (the mask-cache budget then bounds what is kept instead)."""
-    automaton = build_automaton(prepare(grammar), max_nodes=max_automaton_nodes)
+    automaton = _prepared_automaton(grammar, max_automaton_nodes)
     _check_token_ids(automaton, tokenizer_info.vocab_size)
     cache = build_mask_cache(automaton, trie if trie is not None else token_trie(tokenizer_info),
                              max_bytes=max_mask_cache_bytes, lazy=lazy_masks,
                              sorted_token_ids=tokenizer_info.sorted_token_ids)
     return CompiledGrammar(grammar, tokenizer_info, automaton, cache)
+
+
+def _prepared_automaton(grammar: Grammar, max_nodes: int) -> Automaton:
+    """``build_automaton(prepare(grammar))``, first without eliminating left recursion: most
+    grammars have none (no JSON Schema's grammar but a recursive ``$ref`` at a left edge), and
+    the builder checks every grammar for it anyway. Where it finds some, or fails otherwise
+    on a grammar that has some (a node budget, before its check), the grammar is prepared again
+    with the elimination and built from that. A grammar without left recursion gets the same
+    automaton either way (the elimination returns it unchanged); one whose left recursion
+    passes only through dead parts, which the passes remove, gets the same language."""
+    fast = prepare(grammar, skip_left_recursion=True)
+    try:
+        return build_automaton(fast, max_nodes=max_nodes)
+    except LeftRecursionError:
+        pass
+    except compile_budget.CompileTimeoutError:
+        raise
+    except GrammarError:
+        if not find_left_recursion(fast):
+            raise
+    return build_automaton(prepare(grammar), max_nodes=max_nodes)
 
 
 def _check_token_ids(automaton: Automaton, vocab_size: int) -> None:

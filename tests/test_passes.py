@@ -15,6 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gxg import grammar_compiler
+from gxg.compiler import passes
+from gxg.compiler.automaton import DEFAULT_MAX_NODES, LeftRecursionError, build_automaton
 from gxg.compiler.passes import (
     MATCHES_NOTHING,
     eliminate_left_recursion,
@@ -33,6 +36,7 @@ from gxg.grammar.ir import (
     CharClass,
     Choice,
     Grammar,
+    GrammarError,
     Literal,
     Repeat,
     Rule,
@@ -42,6 +46,8 @@ from gxg.grammar.ir import (
     iter_subexprs,
 )
 from gxg.testing import Recognizer
+
+from automaton_tables import assert_same_tables, automaton_tables
 
 # ============================================================================ helpers
 
@@ -202,7 +208,7 @@ def zoo_params(cases):
 # ============================================================================ find_left_recursion
 
 
-@pytest.mark.parametrize("text, cycles", [
+FIND_LEFT_RECURSION = [
     ('root ::= "x"', []),
     ('root ::= root "x" | "y"', [["root"]]),
     ('root ::= "x" root | ""', []),
@@ -213,7 +219,10 @@ def zoo_params(cases):
     ('root ::= (root "x")* "y"', [["root"]]),            # left edge of a repeat body
     ('root ::= "a"* ("b"? root)? "c"', [["root"]]),      # several nullable prefixes
     ('root ::= a b\na ::= a "x" | "y"\nb ::= b "z" | "w"', [["a"], ["b"]]),
-], ids=["none", "direct", "right", "indirect", "indirect-3", "hidden", "not-hidden", "repeat",
+]
+
+
+@pytest.mark.parametrize("text, cycles", FIND_LEFT_RECURSION, ids=["none", "direct", "right", "indirect", "indirect-3", "hidden", "not-hidden", "repeat",
         "deep-nullable", "two-cycles"])
 def test_find_left_recursion_reports_one_cycle_per_component(text, cycles):
     assert find_left_recursion(ebnf(text)) == cycles
@@ -629,6 +638,75 @@ def test_random_grammars_remove_dead_rules_leaves_a_pruned_grammar(grammar):
         assert result.pruned
         assert_pruned(result)
     assert_same_language(grammar, result, LETTERS, 4, walks=2, walk_length=10)
+
+
+# ============================================================================ skipping the elimination
+# gxg.grammar_compiler prepares a grammar without eliminating left recursion first, and does it
+# only where build_automaton raises LeftRecursionError: the builder's check must find every
+# left recursion the passes find.
+
+
+def _assert_same_automaton(one, other) -> None:
+    assert_same_tables(automaton_tables(one), automaton_tables(other))
+
+
+def _check_the_builder_finds_left_recursion(grammar: Grammar) -> None:
+    fast = prepare(grammar, skip_left_recursion=True)
+    if find_left_recursion(fast):
+        with pytest.raises(LeftRecursionError):
+            build_automaton(fast)
+    else:
+        build_automaton(fast)
+
+
+@pytest.mark.parametrize("text", [text for _, text, _, _ in ZOO]
+                         + [text for text, _ in FIND_LEFT_RECURSION])
+def test_the_automaton_builder_finds_the_left_recursion_the_passes_find(text):
+    _check_the_builder_finds_left_recursion(ebnf(text))
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(small_grammars())
+def test_random_grammars_the_automaton_builder_finds_left_recursion(grammar):
+    _check_the_builder_finds_left_recursion(grammar)
+
+
+@pytest.mark.parametrize("grammar, alphabet, length", zoo_params(ZOO))
+def test_the_compiler_eliminates_left_recursion_only_where_there_is_some(grammar, alphabet,
+                                                                        length, monkeypatch):
+    """The compiler's automaton is the one of the full passes, and the elimination ran only
+    for a grammar with left recursion that the other passes leave (in ``empty-language-*`` and
+    ``self-only`` it passes only through rules that derive nothing, which they remove)."""
+    calls = []
+    original = passes.eliminate_left_recursion
+    monkeypatch.setattr(passes, "eliminate_left_recursion",
+                        lambda g: calls.append(1) or original(g))
+    automaton = grammar_compiler._prepared_automaton(grammar, DEFAULT_MAX_NODES)
+    assert bool(calls) == bool(find_left_recursion(prepare(grammar, skip_left_recursion=True)))
+    _assert_same_automaton(automaton, build_automaton(prepare(grammar)))
+
+
+def test_a_budget_error_before_the_check_gets_the_elimination_too(monkeypatch):
+    """The builder can stop at a node budget before its left-recursion check: for a grammar
+    with left recursion the compiler then builds the eliminated grammar; without, the error
+    stands."""
+    first_tries = []
+    original = grammar_compiler.build_automaton
+
+    def failing_first(grammar, **options):
+        if not first_tries:
+            first_tries.append(grammar)
+            raise GrammarError("too many nodes (a stand-in)")
+        return original(grammar, **options)
+
+    monkeypatch.setattr(grammar_compiler, "build_automaton", failing_first)
+    recursive = ebnf('root ::= root "a" | "b"')
+    automaton = grammar_compiler._prepared_automaton(recursive, DEFAULT_MAX_NODES)
+    _assert_same_automaton(automaton, original(prepare(recursive)))
+    first_tries.clear()
+    with pytest.raises(GrammarError, match="a stand-in"):
+        grammar_compiler._prepared_automaton(ebnf('root ::= "a" root | "b"'), DEFAULT_MAX_NODES)
 
 
 @pytest.mark.parametrize("schema", [

@@ -158,7 +158,7 @@ from gxg.grammar.ir import (
 )
 
 __all__ = ["Automaton", "build_automaton", "clear_rule_dfa_cache", "DEFAULT_MAX_NODES",
-           "utf8_byte_sequences"]
+           "LeftRecursionError", "utf8_byte_sequences"]
 
 # Limit on automaton nodes, checked per repetition (NFA states once unrolled) and per grammar
 # (DFA nodes). An unrolled {m,n} costs about n copies of its body: a JSON string with maxLength
@@ -185,6 +185,11 @@ def _native(symbol: str, argtypes: tuple, restype=None):
     """``symbol`` of ``csrc/automaton_build.c`` built with this module's definitions, or None
     (no C build: the Python construction runs)."""
     return native.function("automaton_build.c", symbol, argtypes, restype, NATIVE_DEFINES)
+
+
+class LeftRecursionError(GrammarError):
+    """The grammar has left recursion (a rule can push itself again before reading a byte):
+    ``gxg.compiler.passes.prepare`` removes it; ``build_automaton`` checks every grammar."""
 
 
 class LazyRows(dict):
@@ -1609,7 +1614,7 @@ def _callees_first_order(left_calls: List[List[int]], names: Seq[str]) -> List[i
                 order.append(done)
             elif color[callee] == ACTIVE:
                 cycle = path[path.index(callee):] + [callee]
-                raise GrammarError(
+                raise LeftRecursionError(
                     "left recursion remains: " + " -> ".join(names[rule] for rule in cycle))
             elif color[callee] == NEW:
                 color[callee] = ACTIVE

@@ -776,7 +776,7 @@ def _unwrap_root(grammar: Grammar) -> Grammar:
                    root.body.name)
 
 
-def prepare(grammar: Grammar) -> Grammar:
+def prepare(grammar: Grammar, *, skip_left_recursion: bool = False) -> Grammar:
     """The grammar the automaton builder consumes.
 
     In:  any Grammar (a grammar that ``prepare`` already produced is accepted too: its wrapper
@@ -785,11 +785,17 @@ def prepare(grammar: Grammar) -> Grammar:
          non-productive alternatives, and a root wrapper (``root_wrapper ::= <old root>``) that
          nothing references. An empty language comes out as
          ``root_wrapper ::= root``, ``root ::= MATCHES_NOTHING``.
+    ``skip_left_recursion``: leave left recursion as it is (the elimination's analysis is most
+    of the passes' time, and few grammars need it), for a caller that learns from the automaton
+    builder whether it was there (``build_automaton`` raises ``LeftRecursionError``) and then
+    prepares the grammar again without skipping (``gxg.grammar_compiler``).
     """
+    passes = (remove_dead_rules, inline_small_rules, remove_dead_rules)
+    if not skip_left_recursion:
+        passes = (eliminate_left_recursion,) + passes
     with normal_forms_kept():  # the passes rebuild rules around the same subtrees
         grammar = _unwrap_root(grammar)
-        for grammar_pass in (eliminate_left_recursion, remove_dead_rules, inline_small_rules,
-                             remove_dead_rules):
+        for grammar_pass in passes:
             compile_budget.check("the grammar passes", grammar_pass.__name__)
             grammar = grammar_pass(grammar)
         return wrap_root(grammar)
