@@ -11,6 +11,7 @@ subschema's JSON pointer.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import warnings
@@ -939,3 +940,49 @@ def test_anchor_refs_resolve(schema, document, expected):
 def test_anchor_refs_that_do_not_name_one_subschema_are_errors(schema, message):
     with pytest.raises(GrammarError, match=message):
         json_schema_to_grammar(schema)
+
+
+# ----------------------------------------------------------------------------- string units
+
+
+@pytest.mark.parametrize("lo, hi, width", [(0, 0, 1), (0, 15, 1), (3, 11, 1), (0, 0, 2),
+                                           (0, 255, 2), (3, 200, 2), (16, 31, 2), (17, 254, 2),
+                                           (255, 255, 2)])
+def test_hex_ranges_are_built_in_normal_form_and_match_their_range(lo, hi, width):
+    """``_hex_range`` (a unit's \\uXXXX digits) is in normal form as built, and matches exactly
+    the ``width``-digit numerals, in any mix of cases, whose value lies in [lo, hi]."""
+    from gxg.grammar.ir import Rule, normalize
+    from gxg.grammar.json_schema_emission import _hex_range
+    expr = _hex_range(lo, hi, width)
+    assert normalize(expr) is expr
+    recognizer = Recognizer(Grammar((Rule("root", expr),)))
+    for value in range(16 ** width):
+        digits = f"{value:0{width}x}"
+        for spelling in itertools.product(*({d, d.upper()} for d in digits)):
+            assert recognizer.accepts("".join(spelling).encode()) == (lo <= value <= hi)
+
+
+def test_string_languages_are_kept_across_compiles(monkeypatch):
+    """A string schema's language with lengths and patterns is computed once per process: a
+    second schema with the same lengths and pattern (elsewhere in another schema) gets the same
+    DFA object and the grammar it would get fresh; a pattern that fails is not kept, and says
+    where it is each time."""
+    from gxg.grammar import json_schema_emission as emission
+    monkeypatch.setattr(emission, "_STRING_DFAS", {})
+    string = {"type": "string", "pattern": "^[a-c]+-[0-9]$", "maxLength": 6}
+    first = json_schema_to_grammar({"type": "object", "properties": {"a": string}})
+    [(key, dfa)] = emission._STRING_DFAS.items()
+    assert key == (0, 6, (("^[a-c]+-[0-9]$", True, False),), ())
+    second = json_schema_to_grammar({"type": "array", "items": string})
+    assert list(emission._STRING_DFAS.values()) == [dfa]
+    monkeypatch.setattr(emission, "_STRING_DFAS", {})
+    assert str(json_schema_to_grammar({"type": "array", "items": string})) == str(second)
+    assert grammar_accepts(second, '["ab-1", "c-2"]')
+    assert not grammar_accepts(second, '["abcde-1"]')
+    assert str(first) != str(second)
+    kept = dict(emission._STRING_DFAS)
+    bad = {"type": "string", "pattern": "(?<=x)a", "minLength": 2}
+    for where in ("p", "q"):
+        with pytest.raises(GrammarError, match=f"/properties/{where}"):
+            json_schema_to_grammar({"type": "object", "properties": {where: bad}})
+    assert emission._STRING_DFAS == kept

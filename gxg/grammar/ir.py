@@ -452,13 +452,7 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...], bool]:
             if len(normal) >= 2 and Choice not in map(type, normal):
                 result = node if not changed else Choice(tuple(normal))
             else:
-                flat: list = []
-                for alternative in normal:
-                    if alternative.__class__ is Choice:
-                        flat.extend(alternative.alternatives)
-                    else:
-                        flat.append(alternative)
-                result = flat[0] if len(flat) == 1 else Choice(tuple(flat))
+                result = normal_choice(normal)
         elif kind is Repeat:
             inner = normal[0]
             if node.max == 0 or (inner.__class__ is Literal and not inner.data):
@@ -517,6 +511,36 @@ def children(node: Expr) -> Tuple[Expr, ...]:
     if isinstance(node, Repeat):
         return (node.expr,)
     return ()
+
+
+# Normal forms built directly, for callers whose parts are in normal form already (the JSON
+# Schema emitter's string units, built for every key trie): what ``normalize`` would make of
+# the compound, without a walk and without the intermediate nodes.
+
+
+def normal_sequence(items) -> Expr:
+    """``normalize(Sequence(items))`` for items in normal form."""
+    return _normal_sequence(items)
+
+
+def normal_choice(alternatives) -> Expr:
+    """``normalize(Choice(alternatives))`` for alternatives in normal form (at least one)."""
+    flat: list = []
+    for alternative in alternatives:
+        if alternative.__class__ is Choice:
+            flat.extend(alternative.alternatives)
+        else:
+            flat.append(alternative)
+    return flat[0] if len(flat) == 1 else Choice(tuple(flat))
+
+
+def normal_repeat(expr: Expr, low: int, high: Optional[int]) -> Expr:
+    """``normalize(Repeat(expr, low, high))`` for ``expr`` in normal form."""
+    if high == 0 or (expr.__class__ is Literal and not expr.data):
+        return EMPTY
+    if low == 1 and high == 1:
+        return expr
+    return Repeat(expr, low, high)
 
 
 def _normal_sequence(items) -> Expr:

@@ -33,8 +33,8 @@ from gxg.graphs import reaching
 from gxg.grammar import code_point_dfa as dfa_ops
 from gxg.grammar.code_point_dfa import dfa_to_expr
 from gxg.grammar.ir import (EMPTY, CharClass, Choice, Expr, Grammar, GrammarError, Literal, Repeat,
-                            Rule, RuleRef, Sequence, complement_ranges, normal_constant,
-                            subtract_range)
+                            Rule, RuleRef, Sequence, complement_ranges, normal_choice,
+                            normal_constant, normal_repeat, normal_sequence, subtract_range)
 from gxg.grammar.json_numbers import json_number_language
 from gxg.grammar.json_schema_analysis import (
     EXPANDED,
@@ -70,6 +70,16 @@ MAX_CONTAINS_COUNT = 64  # contains with item bounds: one alternative per witnes
 MAX_EXACT_BOUND = 2048
 # any_order: the required members seen so far are tracked as a set up to this many.
 MAX_ANY_ORDER_REQUIRED = 9
+
+
+# A cache across compiles, of a pure function (DFAs are immutable): the language of a string
+# schema with lengths and patterns (``string_dfa``), by (minLength, maxLength, its regexes,
+# its excluded values). A schema family repeats them (twelve MaskBench files share
+# ``^[A-Za-z0-9:_\-]+$`` up to 255 characters), and their product automaton in Python takes
+# tens of milliseconds. Bounded: cleared when full. Failures (an unsupported regex, a
+# product too large) are not kept, and raise with their own location every time.
+_STRING_DFAS: Dict[tuple, "dfa_ops.Dfa"] = {}
+_STRING_DFAS_LIMIT = 512
 
 
 # ----------------------------------------------------------------------------- combinators
@@ -119,27 +129,30 @@ def _hex_digits(lo: int, hi: int) -> CharClass:
 
 
 def _hex_range(lo: int, hi: int, width: int) -> Expr:
-    """Hex numerals of exactly ``width`` digits (either case) with value in [lo, hi]."""
+    """Hex numerals of exactly ``width`` digits (either case) with value in [lo, hi], in normal
+    form as built (a string unit's ``\\u`` spellings: new units are built for every key trie,
+    and normalising nested sequences allocated a node per level)."""
     if width == 0:
         return EMPTY
     unit = 16 ** (width - 1)
     first, last = lo // unit, hi // unit
     lo_rest, hi_rest = lo - first * unit, hi - last * unit
     if first == last:
-        return Sequence((_hex_digits(first, first), _hex_range(lo_rest, hi_rest, width - 1)))
+        return normal_sequence((_hex_digits(first, first), _hex_range(lo_rest, hi_rest, width - 1)))
     parts: List[Expr] = []
     full_from, full_to = first, last
     if lo_rest != 0:
-        parts.append(Sequence((_hex_digits(first, first), _hex_range(lo_rest, unit - 1, width - 1))))
+        parts.append(normal_sequence((_hex_digits(first, first),
+                                      _hex_range(lo_rest, unit - 1, width - 1))))
         full_from = first + 1
     if hi_rest != unit - 1:
         full_to = last - 1
     if full_from <= full_to:
-        parts.append(Sequence((_hex_digits(full_from, full_to),
-                               Repeat(_hex_digits(0, 15), width - 1, width - 1))))
+        parts.append(normal_sequence((_hex_digits(full_from, full_to),
+                                      normal_repeat(_hex_digits(0, 15), width - 1, width - 1))))
     if hi_rest != unit - 1:
-        parts.append(Sequence((_hex_digits(last, last), _hex_range(0, hi_rest, width - 1))))
-    return Choice(tuple(parts))
+        parts.append(normal_sequence((_hex_digits(last, last), _hex_range(0, hi_rest, width - 1))))
+    return normal_choice(parts)
 
 
 def _intersect(ranges, lo: int, hi: int) -> List[Tuple[int, int]]:
@@ -164,8 +177,8 @@ def _surrogate_pairs(lo: int, hi: int) -> List[Expr]:
         return 0xD800 + (offset >> 10), 0xDC00 + (offset & 0x3FF)
 
     def pair(high_lo, high_hi, low_lo, low_hi) -> Expr:
-        return Sequence((_lit("\\u"), _hex_range(high_lo, high_hi, 4),
-                         _lit("\\u"), _hex_range(low_lo, low_hi, 4)))
+        return normal_sequence((_lit("\\u"), _hex_range(high_lo, high_hi, 4),
+                                _lit("\\u"), _hex_range(low_lo, low_hi, 4)))
 
     (high_a, low_a), (high_b, low_b) = split(lo), split(hi)
     if high_a == high_b:
@@ -199,13 +212,15 @@ def _unit_cached(ranges: Tuple[Tuple[int, int], ...]) -> Maybe:
         if _intersect(ranges, cp, cp):
             alternatives.append(_lit("\\" + char))
     for lo, hi in _subtract_all(_intersect(ranges, 0, 0xFFFF), [(0xD800, 0xDFFF)]):
-        alternatives.append(Sequence((_lit("\\u"), _hex_range(lo, hi, 4))))
+        alternatives.append(normal_sequence((_lit("\\u"), _hex_range(lo, hi, 4))))
     for lo, hi in _intersect(ranges, 0x10000, 0x10FFFF):
         alternatives.extend(_surrogate_pairs(lo, hi))
-    unit = _alt(*alternatives)
-    # normal already, and known to every compile as such: each grammar's rules of units are
-    # then not walked again (they were ~40 % of the front end's normalisation)
-    return None if unit is None else normal_constant(unit)
+    if not alternatives:
+        return None
+    # normal as built, and known to every compile as such (normal_constant walks it once and
+    # allocates nothing): each grammar's rules of units are then not walked again (they were
+    # ~40 % of the front end's normalisation)
+    return normal_constant(normal_choice(alternatives))
 
 
 def _string_constant(text: str) -> Maybe:
@@ -728,21 +743,31 @@ class GrammarEmitter:
 
     def string_dfa(self, schema: dict, ptr: str):
         """The decoded values a (flat) string schema admits, as a DFA: lengths, regexes, excluded
-        values and, for property names, enum/const."""
+        values and, for property names, enum/const. Kept across compiles (``_STRING_DFAS``)."""
         lo = count(schema, "minLength", ptr, 0)
         hi = self.upper_bound(schema, "maxLength", ptr)
+        regexes = string_regexes(schema, ptr)
+        excluded = tuple(schema.get("x-gxg-not-strings") or ())
+        key = (lo, hi, tuple((regex, search, negated) for regex, search, negated, _ in regexes),
+               excluded)
+        known = _STRING_DFAS.get(key)
+        if known is not None:
+            return known
         keyword = "pattern"
         try:
             dfa = dfa_ops.length_between(lo, hi) if (lo or hi is not None) else dfa_ops.any_string()
-            for regex, search, negated, keyword in string_regexes(schema, ptr):
+            for regex, search, negated, keyword in regexes:
                 part = self.schemas.regex_dfa(regex, search, keyword, ptr)
                 dfa = dfa_ops.difference(dfa, part) if negated else dfa_ops.intersect(dfa, part)
-            if schema.get("x-gxg-not-strings"):
-                dfa = dfa_ops.difference(dfa, dfa_ops.literal_strings(schema["x-gxg-not-strings"]))
-            return dfa
+            if excluded:
+                dfa = dfa_ops.difference(dfa, dfa_ops.literal_strings(excluded))
         except dfa_ops.DfaTooLarge as exc:
             raise GrammarError(f"unsupported keyword '{keyword}' at {ptr} combined with lengths or "
                                f"other patterns: {exc}") from None
+        if len(_STRING_DFAS) >= _STRING_DFAS_LIMIT:
+            _STRING_DFAS.clear()
+        _STRING_DFAS[key] = dfa
+        return dfa
 
     def regex_body(self, regex: str, search: bool, keyword: str, ptr: str) -> Maybe:
         """The JSON spellings (raw or escaped units) of the strings ``regex`` matches: the
