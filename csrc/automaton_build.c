@@ -750,8 +750,8 @@ void gxg_fill_next_node(int64_t num_edges, const int64_t* edges, const int64_t* 
 
 // ---------------------------------------------------------------------------- rule programs
 
-// A rule body as automaton._body_key writes it (the rule DFA cache's key): its expressions in
-// pre-order, each an operation OP_* of OP_*_WIDTH ints (the codes come from
+// A rule body as automaton._program writes it (from the rule DFA cache's key): its expressions
+// in pre-order, each an operation OP_* of OP_*_WIDTH ints (the codes come from
 // automaton.PROGRAM_OPS, passed to the build as -D defines):
 //   LITERAL offset length   bytes blob[offset .. offset + length) (length 0: the empty string)
 //   CLASS index             a character class: its fragment at classes + class_at[index]:

@@ -1,7 +1,8 @@
 """Grammar IR -> byte-level pushdown automaton (stage 2 of the pipeline).
 
-In:  a ``Grammar`` that has been through ``gxg.compiler.passes`` (no left recursion, a root wrapper
-     that nothing references, no dead rules).
+In:  a ``Grammar`` that has been through ``gxg.compiler.passes`` (a root wrapper that nothing
+     references, no dead rules, and no left recursion: a grammar prepared without its
+     elimination raises ``LeftRecursionError`` where it has some).
 Out: an ``Automaton``: flat numpy tables, the layout that the mask cache, the CPU runtime and
      the GPU kernels all read.
 Caches (process-wide, bounded, each saying so where it is defined): the class fragments, and
@@ -28,7 +29,8 @@ it completes. Moves:
 The *closure* of a stack is everything reachable by push and pop moves. The live tops after a
 byte are the stacks in the closure whose top node has a byte edge (``is_scannable``). Closure
 terminates because the passes remove left recursion (also hidden behind nullable prefixes);
-``build_automaton`` checks this and raises ``GrammarError`` if a push cycle remains.
+``build_automaton`` checks this and raises ``LeftRecursionError`` (a ``GrammarError``) if a
+push cycle remains.
 
 Tables (``N`` nodes, ``C`` byte classes, ``R`` rules, ``E`` reference edges)
 -------------------------------------------------------------------------
@@ -166,8 +168,8 @@ __all__ = ["Automaton", "build_automaton", "clear_rule_dfa_cache", "DEFAULT_MAX_
 # node, so the default allows ~600 MB; beyond it GrammarError says what was too large.
 DEFAULT_MAX_NODES = 500_000
 
-# A rule body as a program (``_body_key``, which the rule DFA cache keys on and
-# ``csrc/automaton_build.c`` builds the NFA from): name -> (code, ints per operation).
+# A rule body as a program (``_program``, made from the rule DFA cache's key on a miss;
+# ``csrc/automaton_build.c`` builds the NFA from it): name -> (code, ints per operation).
 PROGRAM_OPS = {"LITERAL": (0, 3), "CLASS": (1, 2), "REF": (2, 2), "SEQUENCE": (3, 2),
                "CHOICE": (4, 2), "REPEAT": (5, 3), "BACK": (6, 2)}
 _OP_LITERAL, _OP_CLASS, _OP_REF, _OP_SEQUENCE, _OP_CHOICE, _OP_REPEAT, _OP_BACK = (
