@@ -627,6 +627,38 @@ def test_random_grammars_prepare_keeps_language_and_removes_left_recursion(gramm
     assert prepare(prepared) == prepared
 
 
+def _reference_derives(expr, rules, empty_only: bool) -> bool:
+    """``is_nullable`` / ``is_productive`` by their definition, for the property below."""
+    if isinstance(expr, RuleRef):
+        return expr.name in rules
+    if isinstance(expr, Literal):
+        return not (empty_only and expr.data)
+    if isinstance(expr, CharClass):
+        return not empty_only and bool(expr.effective_ranges())
+    if isinstance(expr, Sequence):
+        return all(_reference_derives(item, rules, empty_only) for item in expr.items)
+    if isinstance(expr, Choice):
+        return any(_reference_derives(a, rules, empty_only) for a in expr.alternatives)
+    return expr.min == 0 or _reference_derives(expr.expr, rules, empty_only)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(small_grammars(empty_class=True))
+def test_random_grammars_fixpoints_are_kleenes(grammar):
+    """``nullable_rules`` / ``productive_rules`` (components sinks first, singletons looked at
+    once) equal the plain Kleene iteration from the empty set over the definition."""
+    for empty_only, found in ((True, nullable_rules(grammar)), (False, productive_rules(grammar))):
+        expected: set = set()
+        while True:
+            grown = {rule.name for rule in grammar.rules
+                     if _reference_derives(rule.body, expected, empty_only)}
+            if grown == expected:
+                break
+            expected = grown
+        assert found == expected
+
+
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(small_grammars(empty_class=True))

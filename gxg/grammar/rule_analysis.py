@@ -40,21 +40,30 @@ def is_productive(expr: Expr, productive: Set[str]) -> bool:
 
 def _derives(expr: Expr, rules: Set[str], empty_only: bool) -> bool:
     """Whether ``expr`` derives the empty string (``empty_only``) or any finite string, given
-    the rule names known to."""
-    if isinstance(expr, Literal):
-        return not (empty_only and expr.data)
-    if isinstance(expr, CharClass):
-        return not empty_only and not _matches_no_code_point(expr)
-    if isinstance(expr, TokenSet):
-        return not empty_only
-    if isinstance(expr, RuleRef):
+    the rule names known to. (Loops, not ``all``/``any`` over generators: the fixpoints call it
+    once per rule and it recurses through every rule body, thousands of them in large
+    grammars.)"""
+    kind = expr.__class__
+    if kind is RuleRef:
         return expr.name in rules
-    if isinstance(expr, Sequence):
-        return all(_derives(item, rules, empty_only) for item in expr.items)
-    if isinstance(expr, Choice):
-        return any(_derives(alt, rules, empty_only) for alt in expr.alternatives)
-    if isinstance(expr, Repeat):
+    if kind is Sequence:
+        for item in expr.items:
+            if not _derives(item, rules, empty_only):
+                return False
+        return True
+    if kind is Choice:
+        for alternative in expr.alternatives:
+            if _derives(alternative, rules, empty_only):
+                return True
+        return False
+    if kind is Repeat:
         return expr.min == 0 or _derives(expr.expr, rules, empty_only)
+    if kind is Literal:
+        return not (empty_only and expr.data)
+    if kind is CharClass:
+        return not empty_only and not expr.matches_nothing()
+    if kind is TokenSet:
+        return not empty_only
     raise TypeError(f"not a grammar expression: {expr!r}")
 
 
@@ -75,6 +84,11 @@ def least_fixpoint(bodies: Mapping[str, Expr],
              for name, body in bodies.items()}
     result: Set[str] = set()
     for component in strongly_connected_components(bodies, graph):
+        if len(component) == 1:  # most rules: one look (a self-reference cannot make it hold)
+            name = component[0]
+            if holds(bodies[name], result):
+                result.add(name)
+            continue
         members = set(component)
         referrers: Dict[str, List[str]] = {name: [] for name in component}
         for name in component:
