@@ -986,3 +986,19 @@ def test_string_languages_are_kept_across_compiles(monkeypatch):
         with pytest.raises(GrammarError, match=f"/properties/{where}"):
             json_schema_to_grammar({"type": "object", "properties": {where: bad}})
     assert emission._STRING_DFAS == kept
+
+
+def test_a_string_language_repeated_on_properties_is_one_rule():
+    """Properties with the same pattern and length bound share one rule for the string (its
+    DFA's rules are made once per grammar); each property still checks its value."""
+    string = {"type": "string", "pattern": "^[a-c]+(-[0-9]+)?$", "maxLength": 5}
+    other = {"type": "string", "pattern": "^[a-c]+(-[0-9]+)?$", "maxLength": 4}
+    schema = {"type": "object", "properties": {"a": string, "b": dict(string), "c": other},
+              "required": ["a", "b", "c"], "additionalProperties": False}
+    grammar = json_schema_to_grammar(schema, any_whitespace=False)
+    shared = [rule for rule in grammar.rules if rule.name.startswith("string_language")]
+    assert len(shared) == 2  # one per language: maxLength 5 and maxLength 4
+    assert grammar_accepts(grammar, '{"a": "ab-1", "b": "c", "c": "ab-1"}')
+    assert not grammar_accepts(grammar, '{"a": "ab-1", "b": "abc-12", "c": "ab-1"}')  # b too long
+    assert not grammar_accepts(grammar, '{"a": "ab-1", "b": "c", "c": "abc-1"}')  # c too long
+    assert not grammar_accepts(grammar, '{"a": "ab-", "b": "c", "c": "a"}')  # a fails the pattern

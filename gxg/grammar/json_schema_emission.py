@@ -737,9 +737,15 @@ class GrammarEmitter:
             return _seq(_lit('"'), self.regex_body(regex, search, keyword, ptr), _lit('"'))
         if not regexes and lo == 0 and hi is None:
             return self.key_excluding(list(excluded))
+        # One rule per language, as for the bounded strings above: a schema repeats a pattern
+        # with its length bound on many properties, and each copy of its DFA's rules is one
+        # more set of (up to ~850) rules to build. string_dfa gives one object per language.
         dfa = self.string_dfa(schema, ptr)
-        body = self.dfa_expr(dfa, "string")
-        return _seq(_lit('"'), body, _lit('"'))
+        key = ("string_dfa", id(dfa))
+        if key not in self.cache:
+            body = self.dfa_expr(dfa, "string")
+            self.cache[key] = (dfa, self.share(_seq(_lit('"'), body, _lit('"')), "string_language"))
+        return self.cache[key][1]
 
     def string_dfa(self, schema: dict, ptr: str):
         """The decoded values a (flat) string schema admits, as a DFA: lengths, regexes, excluded
