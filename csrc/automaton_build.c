@@ -102,6 +102,14 @@ static int vec_push(IntVec* v, int32_t x) {
   return 1;
 }
 
+static int vec_push4(IntVec* v, int32_t a, int32_t b, int32_t c, int32_t d) {
+  if (!vec_reserve(v, 4)) return 0;
+  int32_t* at = v->data + v->size;
+  at[0] = a; at[1] = b; at[2] = c; at[3] = d;
+  v->size += 4;
+  return 1;
+}
+
 static int compare_int32(const void* a, const void* b) {
   int32_t x = *(const int32_t*)a, y = *(const int32_t*)b;
   return (x > y) - (x < y);
@@ -897,24 +905,18 @@ static int program_place(const Program* p, const int64_t* end, IntVec* byte, Int
       for (int32_t i = 0; ok && i < c[2]; ++i) {
         int32_t following = i == c[2] - 1 ? target : n++;
         int32_t b = p->blob[c[1] + i];
-        ok = vec_reserve(byte, 4);
-        if (ok) {
-          byte->data[byte->size++] = state; byte->data[byte->size++] = b;
-          byte->data[byte->size++] = b; byte->data[byte->size++] = following;
-        }
+        ok = vec_push4(byte, state, b, b, following);
         state = following;
       }
     } else if (c[0] == OP_CLASS) {
       const int32_t* fragment = p->classes + p->class_at[c[1]];
       int32_t first_inner = n;
       n += fragment[0];
-      ok = vec_reserve(byte, 4 * (int64_t)fragment[1]);
       for (int32_t e = 0; ok && e < fragment[1]; ++e) {
         const int32_t* edge = fragment + 2 + 4 * e;
         int32_t from = edge[0] == 0 ? source : edge[0] == 1 ? target : first_inner + edge[0] - 2;
         int32_t to = edge[3] == 0 ? source : edge[3] == 1 ? target : first_inner + edge[3] - 2;
-        byte->data[byte->size++] = from; byte->data[byte->size++] = edge[1];
-        byte->data[byte->size++] = edge[2]; byte->data[byte->size++] = to;
+        ok = vec_push4(byte, from, edge[1], edge[2], to);
       }
     } else if (c[0] == OP_REF) {
       ok = vec_push(ref, source) && vec_push(ref, c[1]) && vec_push(ref, target);

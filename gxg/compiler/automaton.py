@@ -1999,12 +1999,14 @@ def _rule_dfa(name: str, body: Expr, rule_ids: Dict[str, int], max_nodes: int,
             _cache_rule_dfa(key[0], stored, nfa_states, subsets)
             return stored, subsets, True, letters
     nfa = builder.build(body)
+    dfa = _determinise(nfa, name, budget, max_nodes)
     if key is None:
-        dfa = _determinise(nfa, name, budget, max_nodes)
         return dfa, dfa.num_states, False, None
-    stored, subsets = _minimal_dfa(nfa, len(key[1]), name, budget, max_nodes)
-    _cache_rule_dfa(key[0], stored, nfa.num_states - 2, subsets)
-    return stored, subsets, True, letters
+    # the Python construction: C was not built, or it asked for Python (gxg_rule_dfa would
+    # ask again for this NFA: the program's is the same)
+    stored = _minimise(dfa)
+    _cache_rule_dfa(key[0], stored, nfa.num_states - 2, dfa.num_states)
+    return stored, dfa.num_states, True, letters
 
 
 def _cache_rule_dfa(key: _BodyKey, dfa: _RuleDfa, nfa_states: int, subsets: int) -> None:

@@ -992,9 +992,8 @@ def _walk_native(kernel, walk, runs: Optional[RunBreaks], data: np.ndarray,
     walked to its end in C with the tables as they are; a pair that needs a transition not
     computed yet, or that met a state looping for the first time, stops there, and is walked
     again once the table has it (``transitions``, ``note_loops``: the Python steps, for all
-    such pairs at once). Yields (origin, token, final
-    state) as ``_walk_runs`` does. The caller holds the walk (one walk at a time), so the
-    tables passed stay valid."""
+    such pairs at once). Yields (origin, token, final state) as ``_walk_runs`` does. The caller
+    holds the walk (one walk at a time), so the tables passed stay valid."""
     n = len(tokens)
     arrays = []  # the kernel moves state and position in place: copies, in reused buffers
     for name, values, dtype in (("pair_state", state, np.int32),

@@ -445,22 +445,20 @@ def _normalized(expr: Expr) -> Tuple[Expr, Tuple[str, ...], bool]:
                 raise TypeError(f"not a grammar expression: {child!r}")
             normal.append(child)
         refs = _merged_refs(parts)
+        # a node already in normal form is kept as it is (normalising a normal tree allocates
+        # nothing); otherwise the compound of the normal children, built in normal form
         if kind is Sequence:
             result = (node if not changed and _normal_items(normal)
-                      else _normal_sequence(normal))
+                      else normal_sequence(normal))
         elif kind is Choice:
-            if len(normal) >= 2 and Choice not in map(type, normal):
-                result = node if not changed else Choice(tuple(normal))
-            else:
-                result = normal_choice(normal)
+            result = (node if not changed and len(normal) >= 2
+                      and Choice not in map(type, normal) else normal_choice(normal))
         elif kind is Repeat:
-            inner = normal[0]
-            if node.max == 0 or (inner.__class__ is Literal and not inner.data):
-                result, refs, empty = EMPTY, (), False  # the body is gone
-            elif node.min == 1 and node.max == 1:
-                result = inner
-            else:
-                result = node if not changed else Repeat(inner, node.min, node.max)
+            result = normal_repeat(normal[0], node.min, node.max)
+            if result is EMPTY:
+                refs, empty = (), False  # the body is gone
+            elif not changed and result is not normal[0]:
+                result = node  # a repeat of a normal body: normal as it is
         else:
             raise TypeError(f"not a grammar expression: {node!r}")
         entry = (node, result, refs, empty)
@@ -518,11 +516,6 @@ def children(node: Expr) -> Tuple[Expr, ...]:
 # the compound, without a walk and without the intermediate nodes.
 
 
-def normal_sequence(items) -> Expr:
-    """``normalize(Sequence(items))`` for items in normal form."""
-    return _normal_sequence(items)
-
-
 def normal_choice(alternatives) -> Expr:
     """``normalize(Choice(alternatives))`` for alternatives in normal form (at least one)."""
     flat: list = []
@@ -543,7 +536,8 @@ def normal_repeat(expr: Expr, low: int, high: Optional[int]) -> Expr:
     return Repeat(expr, low, high)
 
 
-def _normal_sequence(items) -> Expr:
+def normal_sequence(items) -> Expr:
+    """``normalize(Sequence(items))`` for items in normal form."""
     out: list = []
     run: list = []  # adjacent non-empty literals, joined once (a run of one is kept as it is)
     for item in items:
